@@ -1,0 +1,49 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""GPU selectors shared by every module: ``all``, an index, a UUID or a PCI device id."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+_PCI_DEVICE_ID_RE = re.compile(r'^0x[0-9a-fA-F]{8}$')
+
+
+class SelectionError(ValueError):
+    """A selector that is malformed or matches no GPU."""
+
+
+def select_gpus(gpus, selectors):
+    """Resolve selectors against the host's GPUs.
+
+    Returns ``[(gpu, explicit)]`` in index order; ``explicit`` is False for GPUs matched
+    only through ``all`` (modules skip non-MIG-capable ones instead of failing).
+    """
+    if not selectors:
+        raise SelectionError('gpus must name at least one selector (all, an index, a UUID or a PCI device id)')
+    chosen = {}
+    for raw in selectors:
+        selector = str(raw).strip()
+        if selector.lower() == 'all':
+            matched = [(gpu, False) for gpu in gpus]
+        elif selector.isdigit():
+            matched = [(gpu, True) for gpu in gpus if gpu['index'] == int(selector)]
+        elif _PCI_DEVICE_ID_RE.match(selector):
+            matched = [(gpu, True) for gpu in gpus if gpu['pci_device_id'].lower() == selector.lower()]
+        elif selector.upper().startswith('GPU-'):
+            matched = [(gpu, True) for gpu in gpus if gpu['uuid'].lower() == selector.lower()]
+        else:
+            raise SelectionError("invalid GPU selector %r: use 'all', an index such as 0, a UUID such as GPU-..., "
+                                 "or a PCI device id such as 0x20B210DE" % (raw,))
+        if not matched:
+            available = ', '.join('%d (%s, %s)' % (g['index'], g['uuid'], g['pci_device_id']) for g in gpus) or 'none'
+            raise SelectionError('GPU selector %r matches no GPU on this host (GPUs: %s)' % (raw, available))
+        for gpu, explicit in matched:
+            chosen[gpu['index']] = (gpu, explicit or chosen.get(gpu['index'], (None, False))[1])
+    return [chosen[index] for index in sorted(chosen)]

@@ -1,0 +1,267 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""MIG geometry of one GPU: its profiles as NVML reports them, and free-space analysis.
+
+Pure Python: no NVML, no Ansible imports. The catalog is built from the plain data the
+NVML backend returns (``profiles`` of a GPU), so the same code serves real GPUs and the
+simulator.
+
+Definitions (documented for users in docs/fragmentation.md):
+
+- *free slices*: memory slices not covered by any GPU instance.
+- *placeable[p]*: how many more GPU instances of profile ``p`` alone still fit, honouring
+  its placements, its max count and the one-``+me``-per-GPU rule.
+- *largest placeable*: the placeable profile with the most memory slices (then compute
+  slices, then memory).
+- *stranded slices*: free slices that no placement of any still-placeable profile covers.
+- *fragmentation*: ``1 - largest_placeable_slices / free_slices``; 0.0 when nothing is
+  free, 1.0 when slices are free but nothing fits. 0.0 means all free memory can be
+  handed out as one instance.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile
+
+
+class GeometryError(ValueError):
+    """Profile data that cannot describe a real GPU."""
+
+
+class ComputeInstanceProfile(object):
+    """A compute instance profile inside one GPU instance profile."""
+
+    __slots__ = ('name', 'id', 'compute_slices', 'max_count', 'starts', 'size')
+
+    def __init__(self, name, profile_id, compute_slices, max_count, starts, size):
+        self.name = name
+        self.id = profile_id
+        self.compute_slices = compute_slices
+        self.max_count = max_count
+        self.starts = tuple(starts)
+        self.size = size
+
+    @classmethod
+    def from_data(cls, data):
+        placements = data.get('placements') or []
+        sizes = set(p['size'] for p in placements)
+        size = sizes.pop() if len(sizes) == 1 else data['compute_slices']
+        return cls(data['name'], data['id'], data['compute_slices'], data['max_count'],
+                   sorted(p['start'] for p in placements), size)
+
+
+class GpuInstanceProfile(object):
+    """A GPU instance profile with its placements (in memory slices)."""
+
+    __slots__ = ('name', 'id', 'compute_slices', 'memory_slices', 'memory_mib', 'max_count',
+                 'starts', 'media_extensions', 'compute_profiles')
+
+    def __init__(self, name, profile_id, compute_slices, memory_slices, memory_mib, max_count, starts,
+                 compute_profiles):
+        self.name = name
+        self.id = profile_id
+        self.compute_slices = compute_slices
+        self.memory_slices = memory_slices
+        self.memory_mib = memory_mib
+        self.max_count = max_count
+        self.starts = tuple(sorted(starts))
+        self.media_extensions = MigProfile.parse(name).media_extensions
+        # name -> ComputeInstanceProfile, the full-size one included
+        self.compute_profiles = compute_profiles
+
+    @classmethod
+    def from_data(cls, data):
+        placements = data.get('placements') or []
+        sizes = set(p['size'] for p in placements)
+        if len(sizes) > 1:
+            raise GeometryError('profile %s reports placements of different sizes %s' % (data['name'], sorted(sizes)))
+        memory_slices = sizes.pop() if sizes else data['memory_slices']
+        compute_profiles = {}
+        for ci in data.get('compute_profiles') or []:
+            compute_profiles[ci['name']] = ComputeInstanceProfile.from_data(ci)
+        return cls(data['name'], data['id'], data['compute_slices'], memory_slices, data.get('memory_mib', 0),
+                   data['max_count'], [p['start'] for p in placements], compute_profiles)
+
+    @property
+    def full_compute_profile(self):
+        """The compute instance that spans the whole GPU instance (same name as the GI)."""
+        for ci in self.compute_profiles.values():
+            if ci.compute_slices == self.compute_slices:
+                return ci
+        return None
+
+    def rank(self):
+        """Sort key: bigger instances first."""
+        return (self.memory_slices, self.compute_slices, self.memory_mib, self.name)
+
+
+class Catalog(object):
+    """All GPU instance profiles of one GPU, by short name."""
+
+    def __init__(self, profiles):
+        self.profiles = dict((p.name, p) for p in profiles)
+        self.total_slices = max([s + p.memory_slices for p in profiles for s in p.starts] or [0])
+
+    @classmethod
+    def from_data(cls, profiles_data):
+        return cls([GpuInstanceProfile.from_data(p) for p in profiles_data])
+
+    def get(self, name):
+        return self.profiles.get(name)
+
+    def names(self):
+        return sorted(self.profiles, key=lambda n: self.profiles[n].rank())
+
+    def __contains__(self, name):
+        return name in self.profiles
+
+
+class Occupancy(object):
+    """Which memory slices are taken, how many instances per profile, and whether +me is used."""
+
+    __slots__ = ('mask', 'counts', 'media_used')
+
+    def __init__(self, mask=0, counts=None, media_used=False):
+        self.mask = mask
+        self.counts = dict(counts or {})
+        self.media_used = media_used
+
+    @classmethod
+    def of(cls, catalog, instances):
+        """``instances``: iterable of (profile_name, start)."""
+        occupancy = cls()
+        for name, start in instances:
+            profile = catalog.get(name)
+            if profile is None:
+                raise GeometryError('GPU instance profile %s is not offered by this GPU' % name)
+            occupancy = occupancy.with_instance(profile, start)
+        return occupancy
+
+    def copy(self):
+        return Occupancy(self.mask, self.counts, self.media_used)
+
+    def can_place(self, profile, start):
+        if self.counts.get(profile.name, 0) >= profile.max_count:
+            return False
+        if profile.media_extensions and self.media_used:
+            return False
+        return not self.mask & slice_mask(start, profile.memory_slices)
+
+    def with_instance(self, profile, start):
+        counts = dict(self.counts)
+        counts[profile.name] = counts.get(profile.name, 0) + 1
+        return Occupancy(self.mask | slice_mask(start, profile.memory_slices), counts,
+                         self.media_used or profile.media_extensions)
+
+
+def slice_mask(start, size):
+    return ((1 << size) - 1) << start
+
+
+def _bit_count(value):
+    return bin(value).count('1')
+
+
+def placeable_count(catalog, occupancy, profile):
+    """How many more instances of ``profile`` alone fit (greedy is optimal for equal-size intervals)."""
+    room = profile.max_count - occupancy.counts.get(profile.name, 0)
+    if profile.media_extensions:
+        room = 0 if occupancy.media_used else min(room, 1)
+    count = 0
+    mask = occupancy.mask
+    for start in profile.starts:
+        if count >= room:
+            break
+        bits = slice_mask(start, profile.memory_slices)
+        if not mask & bits:
+            mask |= bits
+            count += 1
+    return count
+
+
+def analyze(catalog, occupancy):
+    """Free-space figures of one GPU, as reported by nvidia_mig_facts and the metrics."""
+    full = (1 << catalog.total_slices) - 1
+    free_mask = full & ~occupancy.mask
+    free_slices = _bit_count(free_mask)
+    placeable = {}
+    usable_mask = 0
+    largest = None
+    for name in catalog.names():
+        profile = catalog.profiles[name]
+        count = placeable_count(catalog, occupancy, profile)
+        placeable[name] = count
+        if count:
+            for start in profile.starts:
+                bits = slice_mask(start, profile.memory_slices)
+                if not occupancy.mask & bits:
+                    usable_mask |= bits
+            if largest is None or profile.rank() > largest.rank():
+                largest = profile
+    stranded = _bit_count(free_mask & ~usable_mask)
+    if free_slices == 0:
+        fragmentation = 0.0
+    elif largest is None:
+        fragmentation = 1.0
+    else:
+        fragmentation = round(1.0 - float(largest.memory_slices) / free_slices, 4)
+    return {
+        'total_slices': catalog.total_slices,
+        'free_slices': free_slices,
+        'placeable': placeable,
+        'largest_placeable': largest.name if largest else None,
+        'largest_placeable_slices': largest.memory_slices if largest else 0,
+        'stranded_slices': stranded,
+        'fragmentation': fragmentation,
+    }
+
+
+def pack_compute_instances(gi_profile, ci_names):
+    """Place compute instances inside one GPU instance.
+
+    Returns a list of (ci_name, start) in the order given, or None when they do not fit.
+    Backtracking over the NVML placements, so the result never depends on input order
+    beyond tie-breaking.
+    """
+    profiles = []
+    for name in ci_names:
+        ci = gi_profile.compute_profiles.get(name)
+        if ci is None:
+            return None
+        profiles.append(ci)
+    order = sorted(range(len(profiles)), key=lambda i: (-profiles[i].size, profiles[i].name, i))
+    starts = [None] * len(profiles)
+
+    def place(position, mask, counts):
+        if position == len(order):
+            return True
+        index = order[position]
+        ci = profiles[index]
+        if counts.get(ci.name, 0) >= ci.max_count:
+            return False
+        # identical CIs are placed in increasing start order: no symmetric retries
+        previous = order[position - 1] if position else None
+        lowest = starts[previous] + 1 if previous is not None and profiles[previous].name == ci.name else 0
+        for start in ci.starts:
+            if start < lowest:
+                continue
+            bits = slice_mask(start, ci.size)
+            if start + ci.size > gi_profile.compute_slices or mask & bits:
+                continue
+            starts[index] = start
+            counts[ci.name] = counts.get(ci.name, 0) + 1
+            if place(position + 1, mask | bits, counts):
+                return True
+            counts[ci.name] -= 1
+        starts[index] = None
+        return False
+
+    if not place(0, 0, {}):
+        return None
+    return [(profiles[i].name, starts[i]) for i in range(len(profiles))]

@@ -1,0 +1,73 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""Glue shared by the modules: open the backend under the host lock, report errors once."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+import traceback
+
+from ansible.module_utils.basic import missing_required_lib
+
+from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockTimeout
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
+
+# Errors whose message is the whole story: no traceback for the user.
+EXPECTED_ERRORS = (_nvml_backend.BackendError, SelectionError, PlanningError, LockTimeout)
+
+COMMON_ARGUMENT_SPEC = dict(
+    lock_timeout=dict(type='int', default=120),
+)
+
+
+@contextlib.contextmanager
+def nvml_session(module, exclusive=True):
+    """The backend, opened while holding the host lock; closed on the way out."""
+    if _nvml_backend.pynvml is None:
+        module.fail_json(msg=missing_required_lib('nvidia-ml-py'), exception=_nvml_backend.PYNVML_IMPORT_ERROR)
+    if module.params['lock_timeout'] < 0:
+        module.fail_json(msg='lock_timeout must be 0 or more seconds, got %d' % module.params['lock_timeout'])
+    with HostLock(_nvml_backend.host_lock_path(), module.params['lock_timeout'], exclusive=exclusive):
+        backend = _nvml_backend.NvmlBackend(run_command=module.run_command)
+        try:
+            yield backend
+        finally:
+            backend.close()
+
+
+def run_module(module, body):
+    """Run ``body(module)``; expected errors become one clear ``fail_json``."""
+    try:
+        body(module)
+    except EXPECTED_ERRORS as exc:
+        module.fail_json(msg=str(exc))
+    except Exception as exc:  # an unexpected failure still ends in fail_json, with its traceback
+        module.fail_json(msg='unexpected error: %s' % exc, exception=traceback.format_exc())
+
+
+def free_space(gpu):
+    """Free-space figures of a MIG-capable GPU from the backend's plain data."""
+    catalog = Catalog.from_data(gpu['profiles'])
+    occupancy = Occupancy.of(catalog, [(gi['profile'], gi['placement']['start']) for gi in gpu['gpu_instances']])
+    return analyze(catalog, occupancy)
+
+
+def layout_lines(gpu_index, layout):
+    """Human-readable layout, one line per GPU instance, for ``diff``."""
+    lines = []
+    for entry in layout:
+        cis = ','.join('%s@%d' % (ci['profile'], ci['placement']['start']) for ci in entry['compute_instances'])
+        lines.append('GPU %s: %s@%d [%s]%s' % (gpu_index, entry['profile'], entry['placement']['start'], cis,
+                                                 ' busy pids=%s' % entry['pids'] if entry.get('busy') else ''))
+    if not layout:
+        lines.append('GPU %s: (no instances)' % gpu_index)
+    return lines

@@ -1,0 +1,402 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""Thin NVML backend: reads MIG state into plain data and performs single mutations.
+
+Everything goes through the official ``pynvml`` bindings (package ``nvidia-ml-py``).
+When ``GPUFLEET_MIG_SIMULATOR`` names a state file, a simulated NVML library object is
+loaded into ``pynvml`` in place of ``libnvidia-ml.so.1``; every other line runs as on
+real GPUs. No Ansible imports: modules pass ``run_command`` in for the GPU reset.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ctypes
+import os
+import traceback
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
+
+try:
+    import pynvml
+except ImportError:
+    pynvml = None
+    PYNVML_IMPORT_ERROR = traceback.format_exc()
+else:
+    PYNVML_IMPORT_ERROR = None
+
+SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
+HOST_LOCK_PATH = '/run/lock/gpufleet-mig.lock'
+
+_ARCHITECTURES = {2: 'kepler', 3: 'maxwell', 4: 'pascal', 5: 'volta', 6: 'turing', 7: 'ampere', 8: 'ada',
+                  9: 'hopper', 10: 'blackwell', 13: 'rubin'}
+_MAX_PLACEMENTS = 32
+_MAX_INSTANCES = 32
+
+
+class BackendError(Exception):
+    """An NVML call failed; the message names the GPU, the operation and the NVML error."""
+
+
+def simulator_state_path():
+    path = os.environ.get(SIMULATOR_ENV)
+    return path or None
+
+
+def host_lock_path():
+    """One lock per host; a simulated host is its state file."""
+    state = simulator_state_path()
+    return state + '.host.lock' if state else HOST_LOCK_PATH
+
+
+def _nvml_error_name(exc):
+    for name in dir(pynvml):
+        if name.startswith('NVML_ERROR_') and getattr(pynvml, name) == getattr(exc, 'value', None):
+            return name
+    return 'NVML error %s' % getattr(exc, 'value', '?')
+
+
+def _text(value):
+    return value.decode('utf-8', 'replace') if isinstance(value, bytes) else value
+
+
+def _short_profile_name(nvml_name):
+    """'MIG 1g.10gb+me' -> '1g.10gb+me'; None for profiles outside the mig-parted grammar."""
+    try:
+        return MigProfile.parse(_text(nvml_name)).name
+    except ProfileError:
+        return None
+
+
+class NvmlBackend(object):
+    """One NVML session on this host."""
+
+    def __init__(self, run_command=None):
+        if pynvml is None:
+            raise ImportError('nvidia-ml-py')
+        self._run_command = run_command
+        self.state_path = simulator_state_path()
+        self.simulated = self.state_path is not None
+        if self.simulated:
+            from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_simulator
+            self._simulator = _nvml_simulator
+            _nvml_simulator.install(pynvml, self.state_path)
+        self._call(None, 'initialise NVML', pynvml.nvmlInit)
+
+    def close(self):
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+    def _call(self, gpu, what, function, *args):
+        try:
+            return function(*args)
+        except pynvml.NVMLError as exc:
+            where = 'GPU %s: ' % gpu if gpu is not None else ''
+            raise BackendError('%s%s failed: %s (%s)' % (where, what, _nvml_error_name(exc), exc))
+
+    # ---- reading -------------------------------------------------------------------
+
+    def read_host(self, with_profiles=True):
+        count = self._call(None, 'count GPUs', pynvml.nvmlDeviceGetCount)
+        return {
+            'driver_version': _text(self._call(None, 'read driver version', pynvml.nvmlSystemGetDriverVersion)),
+            'nvml_version': _text(self._call(None, 'read NVML version', pynvml.nvmlSystemGetNVMLVersion)),
+            'simulated': self.simulated,
+            'gpus': [self.read_gpu(index, with_profiles) for index in range(count)],
+        }
+
+    def _handle(self, index):
+        return self._call(index, 'get handle', pynvml.nvmlDeviceGetHandleByIndex, index)
+
+    def read_gpu(self, index, with_profiles=True):
+        handle = self._handle(index)
+        pci = self._call(index, 'read PCI info', pynvml.nvmlDeviceGetPciInfo, handle)
+        gpu = {
+            'index': index,
+            'uuid': _text(self._call(index, 'read UUID', pynvml.nvmlDeviceGetUUID, handle)),
+            'name': _text(self._call(index, 'read name', pynvml.nvmlDeviceGetName, handle)),
+            'pci_device_id': '0x%08X' % pci.pciDeviceId,
+            'pci_bus_id': _text(pci.busId),
+            'architecture': _ARCHITECTURES.get(self._call(index, 'read architecture', pynvml.nvmlDeviceGetArchitecture, handle), 'unknown'),
+            'memory_total_mib': self._call(index, 'read memory', pynvml.nvmlDeviceGetMemoryInfo, handle).total // (1024 * 1024),
+            'mig_capable': True,
+            'mig_mode': {'current': 'disabled', 'pending': 'disabled'},
+            'profiles': [],
+            'unsupported_profiles': [],
+            'gpu_instances': [],
+            'processes': [],
+        }
+        try:
+            current, pending = pynvml.nvmlDeviceGetMigMode(handle)
+        except pynvml.NVMLError as exc:
+            if exc.value != pynvml.NVML_ERROR_NOT_SUPPORTED:
+                raise BackendError('GPU %d: read MIG mode failed: %s (%s)' % (index, _nvml_error_name(exc), exc))
+            gpu['mig_capable'] = False
+            current = pending = pynvml.NVML_DEVICE_MIG_DISABLE
+        gpu['mig_mode'] = {'current': 'enabled' if current else 'disabled', 'pending': 'enabled' if pending else 'disabled'}
+        gpu['reset_required'] = current != pending
+        if not gpu['mig_capable']:
+            gpu['processes'] = self._processes(index, handle)
+            return gpu
+        if current:
+            gpu['gpu_instances'] = self._gpu_instances(index, handle)
+        else:
+            gpu['processes'] = self._processes(index, handle)
+        if with_profiles:
+            gpu['profiles'], gpu['unsupported_profiles'] = self._profiles(index, handle, gpu['gpu_instances'])
+        return gpu
+
+    def _processes(self, index, handle):
+        procs = self._call(index, 'list processes', pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        return [{'pid': p.pid, 'used_memory_mib': (p.usedGpuMemory or 0) // (1024 * 1024)} for p in procs]
+
+    def _profiles(self, index, handle, gpu_instances):
+        profiles = []
+        unsupported = []
+        ci_by_gi_profile = {}
+        for gi in gpu_instances:
+            if gi['profile_id'] not in ci_by_gi_profile:
+                ci_by_gi_profile[gi['profile_id']] = self._compute_profiles(index, handle, gi['id'], gi['profile'])
+        for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
+            except pynvml.NVMLError as exc:
+                if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    continue
+                raise BackendError('GPU %d: read GPU instance profile %d failed: %s' % (index, enum, _nvml_error_name(exc)))
+            name = _short_profile_name(info.name)
+            if name is None:
+                unsupported.append(_text(info.name))
+                continue
+            placements = self._gi_placements(index, handle, info.id)
+            size = placements[0]['size'] if placements else 0
+            compute_profiles = ci_by_gi_profile.get(info.id)
+            source = 'nvml'
+            if compute_profiles is None:
+                compute_profiles = derived_compute_profiles(name, info.sliceCount)
+                source = 'derived'
+            profiles.append({
+                'name': name,
+                'id': info.id,
+                'enum': enum,
+                'compute_slices': info.sliceCount,
+                'memory_slices': size,
+                'memory_mib': info.memorySizeMB,
+                'multiprocessors': info.multiprocessorCount,
+                'max_count': info.instanceCount,
+                'placements': placements,
+                'compute_profiles': compute_profiles,
+                'compute_profiles_source': source,
+            })
+        return profiles, unsupported
+
+    def _gi_placements(self, index, handle, profile_id):
+        array = (pynvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+        count = ctypes.c_uint(_MAX_PLACEMENTS)
+        self._call(index, 'read placements of profile %d' % profile_id, pynvml.nvmlDeviceGetGpuInstancePossiblePlacements,
+                   handle, profile_id, array, ctypes.byref(count))
+        return [{'start': array[i].start, 'size': array[i].size} for i in range(count.value)]
+
+    def _gi_handle(self, index, handle, gi_id):
+        return self._call(index, 'get GPU instance %d' % gi_id, pynvml.nvmlDeviceGetGpuInstanceById, handle, gi_id)
+
+    def _compute_profiles(self, index, handle, gi_id, gi_name):
+        gi_handle = self._gi_handle(index, handle, gi_id)
+        profiles = []
+        for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi_handle, enum, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            except pynvml.NVMLError as exc:
+                if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    continue
+                raise BackendError('GPU %d: read compute profile %d of GPU instance %d failed: %s'
+                                   % (index, enum, gi_id, _nvml_error_name(exc)))
+            array = (pynvml.c_nvmlComputeInstancePlacement_t * _MAX_PLACEMENTS)()
+            count = ctypes.c_uint(_MAX_PLACEMENTS)
+            self._call(index, 'read compute placements', pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements,
+                       gi_handle, info.id, array, ctypes.byref(count))
+            name = _short_profile_name(info.name) or compute_name(info.sliceCount, gi_name)
+            profiles.append({
+                'name': name,
+                'id': info.id,
+                'compute_slices': info.sliceCount,
+                'max_count': info.instanceCount,
+                'placements': [{'start': array[i].start, 'size': array[i].size} for i in range(count.value)],
+            })
+        return profiles
+
+    def _gpu_instances(self, index, handle):
+        processes = self._mig_processes(index, handle)
+        instances = []
+        for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
+            except pynvml.NVMLError:
+                continue
+            array = (pynvml.c_nvmlGpuInstance_t * _MAX_INSTANCES)()
+            count = ctypes.c_uint(0)
+            self._call(index, 'list GPU instances', pynvml.nvmlDeviceGetGpuInstances, handle, info.id, array, ctypes.byref(count))
+            for position in range(count.value):
+                gi_info = self._call(index, 'read GPU instance', pynvml.nvmlGpuInstanceGetInfo, array[position])
+                gi_name = _short_profile_name(info.name) or _text(info.name)
+                instances.append({
+                    'id': gi_info.id,
+                    'profile': gi_name,
+                    'profile_id': gi_info.profileId,
+                    'placement': {'start': gi_info.placement.start, 'size': gi_info.placement.size},
+                    'compute_instances': self._compute_instances(index, array[position], gi_info.id, gi_name, processes),
+                })
+        for gi in instances:
+            gi['busy'] = any(ci['processes'] for ci in gi['compute_instances'])
+        return sorted(instances, key=lambda gi: gi['placement']['start'])
+
+    def _compute_instances(self, index, gi_handle, gi_id, gi_name, processes):
+        result = []
+        for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi_handle, enum, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            except pynvml.NVMLError:
+                continue
+            array = (pynvml.c_nvmlComputeInstance_t * _MAX_INSTANCES)()
+            count = ctypes.c_uint(0)
+            self._call(index, 'list compute instances', pynvml.nvmlGpuInstanceGetComputeInstances, gi_handle, info.id, array,
+                       ctypes.byref(count))
+            for position in range(count.value):
+                ci_info = self._call(index, 'read compute instance', pynvml.nvmlComputeInstanceGetInfo, array[position])
+                result.append({
+                    'id': ci_info.id,
+                    'profile': _short_profile_name(info.name) or compute_name(info.sliceCount, gi_name),
+                    'profile_id': ci_info.profileId,
+                    'placement': {'start': ci_info.placement.start, 'size': ci_info.placement.size},
+                    'processes': processes.get((gi_id, ci_info.id), []),
+                })
+        return sorted(result, key=lambda ci: ci['placement']['start'])
+
+    def _mig_processes(self, index, handle):
+        """(gpu instance id, compute instance id) -> processes, read through MIG device handles."""
+        found = {}
+        slots = self._call(index, 'count MIG devices', pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+        for slot in range(slots):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except pynvml.NVMLError as exc:
+                if exc.value == pynvml.NVML_ERROR_NOT_FOUND:
+                    continue
+                raise BackendError('GPU %d: open MIG device %d failed: %s' % (index, slot, _nvml_error_name(exc)))
+            key = (self._call(index, 'read MIG device', pynvml.nvmlDeviceGetGpuInstanceId, mig),
+                   self._call(index, 'read MIG device', pynvml.nvmlDeviceGetComputeInstanceId, mig))
+            found[key] = self._processes(index, mig)
+        return found
+
+    # ---- mutations: one NVML change each -----------------------------------------
+
+    def set_mig_mode(self, index, enabled):
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
+        return self._call(index, '%s MIG mode' % ('enable' if enabled else 'disable'), pynvml.nvmlDeviceSetMigMode,
+                          self._handle(index), mode)
+
+    def reset_gpu(self, index):
+        """GPU reset applies a pending MIG mode; it drops every GPU instance."""
+        self.close()
+        try:
+            if self.simulated:
+                try:
+                    self._simulator.simulate_gpu_reset(self.state_path, index)
+                except Exception as exc:  # the simulator's refusal mirrors nvidia-smi's
+                    raise BackendError('GPU %d: reset failed: %s' % (index, exc))
+            else:
+                if self._run_command is None:
+                    raise BackendError('GPU %d: reset needs a command runner' % index)
+                rc, out, err = self._run_command(['nvidia-smi', '--gpu-reset', '-i', str(index)])
+                if rc != 0:
+                    raise BackendError('GPU %d: nvidia-smi --gpu-reset failed (rc=%d): %s' % (index, rc, (err or out).strip()))
+        finally:
+            if self.simulated:
+                self._simulator.install(pynvml, self.state_path)
+            self._call(None, 'initialise NVML', pynvml.nvmlInit)
+
+    def create_gpu_instance(self, index, profile_id, start):
+        handle = self._handle(index)
+        placement = pynvml.c_nvmlGpuInstancePlacement_t()
+        placement.start = start
+        placement.size = 0
+        array = (pynvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+        count = ctypes.c_uint(_MAX_PLACEMENTS)
+        self._call(index, 'read placements', pynvml.nvmlDeviceGetGpuInstancePossiblePlacements, handle, profile_id, array,
+                   ctypes.byref(count))
+        for position in range(count.value):
+            if array[position].start == start:
+                placement.size = array[position].size
+        gi = self._call(index, 'create GPU instance (profile id %d at slice %d)' % (profile_id, start),
+                        pynvml.nvmlDeviceCreateGpuInstanceWithPlacement, handle, profile_id, ctypes.byref(placement))
+        return self._call(index, 'read GPU instance', pynvml.nvmlGpuInstanceGetInfo, gi).id
+
+    def create_compute_instance(self, index, gi_id, profile_id, start):
+        gi_handle = self._gi_handle(index, self._handle(index), gi_id)
+        placement = pynvml.c_nvmlComputeInstancePlacement_t()
+        placement.start = start
+        placement.size = 0
+        array = (pynvml.c_nvmlComputeInstancePlacement_t * _MAX_PLACEMENTS)()
+        count = ctypes.c_uint(_MAX_PLACEMENTS)
+        self._call(index, 'read compute placements', pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements, gi_handle,
+                   profile_id, array, ctypes.byref(count))
+        for position in range(count.value):
+            if array[position].start == start:
+                placement.size = array[position].size
+        ci = self._call(index, 'create compute instance (profile id %d at slice %d in GPU instance %d)' % (profile_id, start, gi_id),
+                        pynvml.nvmlGpuInstanceCreateComputeInstanceWithPlacement, gi_handle, profile_id, ctypes.byref(placement))
+        return self._call(index, 'read compute instance', pynvml.nvmlComputeInstanceGetInfo, ci).id
+
+    def compute_profiles_of(self, index, gi_id, gi_name):
+        """Compute instance profiles of an existing GPU instance, as NVML reports them."""
+        return self._compute_profiles(index, self._handle(index), gi_id, gi_name)
+
+    def destroy_compute_instance(self, index, gi_id, ci_id):
+        gi_handle = self._gi_handle(index, self._handle(index), gi_id)
+        ci = self._call(index, 'get compute instance %d' % ci_id, pynvml.nvmlGpuInstanceGetComputeInstanceById, gi_handle, ci_id)
+        self._call(index, 'destroy compute instance %d of GPU instance %d' % (ci_id, gi_id), pynvml.nvmlComputeInstanceDestroy, ci)
+
+    def destroy_gpu_instance(self, index, gi_id):
+        gi_handle = self._gi_handle(index, self._handle(index), gi_id)
+        self._call(index, 'destroy GPU instance %d' % gi_id, pynvml.nvmlGpuInstanceDestroy, gi_handle)
+
+
+def compute_name(ci_slices, gi_name):
+    gi = MigProfile.parse(gi_name)
+    return MigProfile(ci_slices, gi.gpu_slices, gi.memory_gb, gi.media_extensions).name
+
+
+def derived_compute_profiles(gi_name, gi_compute_slices):
+    """Compute instance profiles of a GPU instance profile that has no instance yet.
+
+    NVML only describes compute profiles through an existing GPU instance, so until one
+    exists the planner uses this rule (sizes 1, 2, 3, 4, 7 that fit; starts aligned to
+    the size, 3c aligned to 4). The apply re-reads the real profiles from NVML once the
+    GPU instance exists and places its compute instances from those.
+    """
+    profiles = []
+    enum_by_size = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+    for size in sorted(enum_by_size):
+        if size > gi_compute_slices or (size != gi_compute_slices and size in (6, 7, 8)):
+            continue
+        if size == 3 and gi_compute_slices not in (3, 7):
+            continue
+        step = 4 if size == 3 else size
+        starts = [s for s in range(0, gi_compute_slices, step) if s + size <= gi_compute_slices]
+        profiles.append({
+            'name': compute_name(size, gi_name),
+            'id': enum_by_size[size],
+            'compute_slices': size,
+            'max_count': len(starts),
+            'placements': [{'start': s, 'size': size} for s in starts],
+        })
+    return profiles

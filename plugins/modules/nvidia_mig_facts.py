@@ -1,0 +1,217 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: nvidia_mig_facts
+short_description: Read NVIDIA MIG mode, profiles, instances and free space through NVML
+version_added: 0.1.0
+description:
+  - Reads every selected GPU through NVML (the official C(nvidia-ml-py) bindings) and returns
+    C(ansible_facts.nvidia_mig): MIG mode, the GPU instance profiles with their placements as NVML reports
+    them, GPU and compute instances with their processes, and free-space figures (what still fits,
+    stranded slices, fragmentation).
+  - Never parses C(nvidia-smi) output and never changes anything.
+extends_documentation_fragment:
+  - gpufleet.mig.nvml
+options:
+  gpus:
+    default: [all]
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is no diff.
+  facts:
+    support: full
+    description: Returns C(ansible_facts.nvidia_mig).
+author:
+  - gpufleet.mig developers
+'''
+
+EXAMPLES = r'''
+- name: Read MIG facts of every GPU
+  gpufleet.mig.nvidia_mig_facts:
+
+- name: Read only the A100-80GB GPUs
+  gpufleet.mig.nvidia_mig_facts:
+    gpus: [0x20B210DE]
+
+- name: Show what still fits on GPU 0
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.nvidia_mig.gpus[0].placeable }}"
+'''
+
+RETURN = r'''
+ansible_facts:
+  description: Facts under C(nvidia_mig).
+  returned: always
+  type: dict
+  contains:
+    nvidia_mig:
+      description: MIG state of the host.
+      returned: always
+      type: dict
+      contains:
+        driver_version:
+          description: NVIDIA driver version.
+          type: str
+          sample: 580.95.05
+        nvml_version:
+          description: NVML library version.
+          type: str
+          sample: 13.580.95.05
+        simulated:
+          description: Whether the GPUs come from the gpufleet.mig simulator.
+          type: bool
+        gpus:
+          description: One entry per selected GPU, in index order.
+          type: list
+          elements: dict
+          contains:
+            index:
+              description: NVML index.
+              type: int
+            uuid:
+              description: GPU UUID.
+              type: str
+            name:
+              description: Product name as NVML reports it.
+              type: str
+              sample: NVIDIA A100-SXM4-80GB
+            pci_device_id:
+              description: PCI device id in mig-parted form.
+              type: str
+              sample: "0x20B210DE"
+            pci_bus_id:
+              description: PCI bus id.
+              type: str
+            architecture:
+              description: GPU architecture (ampere, hopper, blackwell, ...).
+              type: str
+            memory_total_mib:
+              description: Total framebuffer memory in MiB.
+              type: int
+            mig_capable:
+              description: Whether the GPU supports MIG.
+              type: bool
+            mig_mode:
+              description: MIG mode, C(current) and C(pending), each V(enabled) or V(disabled).
+              type: dict
+            reset_required:
+              description: A mode change is pending until a GPU reset or reboot.
+              type: bool
+            profiles:
+              description:
+                - GPU instance profiles as NVML reports them (empty when not MIG-capable).
+                - C(compute_profiles_source) is V(nvml) when read from an existing GPU instance, V(derived) when
+                  no instance of that profile exists yet (NVML only describes compute profiles of existing ones).
+              type: list
+              elements: dict
+              sample:
+                - name: 3g.40gb
+                  id: 9
+                  compute_slices: 3
+                  memory_slices: 4
+                  memory_mib: 40192
+                  max_count: 2
+                  placements: [{start: 0, size: 4}, {start: 4, size: 4}]
+            gpu_instances:
+              description: GPU instances with placement, compute instances and their processes.
+              type: list
+              elements: dict
+              sample:
+                - id: 2
+                  profile: 3g.40gb
+                  placement: {start: 4, size: 4}
+                  busy: true
+                  compute_instances:
+                    - id: 0
+                      profile: 3g.40gb
+                      placement: {start: 0, size: 3}
+                      processes: [{pid: 4242, used_memory_mib: 1024}]
+            processes:
+              description: Processes on the GPU itself (MIG disabled).
+              type: list
+              elements: dict
+            busy:
+              description: Whether any process runs on the GPU or one of its instances.
+              type: bool
+            free_slices:
+              description: Memory slices no GPU instance covers.
+              type: int
+            placeable:
+              description: Profile name to how many more instances of it alone still fit.
+              type: dict
+              sample: {1g.10gb: 3, 2g.20gb: 1, 3g.40gb: 1, 7g.80gb: 0}
+            largest_placeable:
+              description: The largest profile that still fits, or null.
+              type: str
+            stranded_slices:
+              description: Free memory slices that no still-placeable profile can use.
+              type: int
+            fragmentation:
+              description:
+                - V(1 - largest_placeable_slices / free_slices); V(0.0) when nothing is free or all free memory fits one
+                  instance, V(1.0) when slices are free but nothing fits.
+              type: float
+            skipped:
+              description: Why figures are missing, for GPUs that are not MIG-capable.
+              type: str
+              returned: when the GPU is not MIG-capable
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
+    COMMON_ARGUMENT_SPEC,
+    free_space,
+    nvml_session,
+    run_module,
+)
+
+
+def gpu_facts(gpu):
+    facts = dict(gpu)
+    facts.pop('unsupported_profiles', None)
+    facts['busy'] = bool(gpu['processes']) or any(gi['busy'] for gi in gpu['gpu_instances'])
+    if not gpu['mig_capable']:
+        facts.update(free_slices=0, placeable={}, largest_placeable=None, stranded_slices=0, fragmentation=0.0,
+                     skipped='GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
+        return facts
+    figures = free_space(gpu)
+    for key in ('free_slices', 'placeable', 'largest_placeable', 'stranded_slices', 'fragmentation'):
+        facts[key] = figures[key]
+    return facts
+
+
+def main_body(module):
+    with nvml_session(module, exclusive=False) as backend:
+        host = backend.read_host()
+    selected = select_gpus(host['gpus'], module.params['gpus'])
+    facts = {
+        'driver_version': host['driver_version'],
+        'nvml_version': host['nvml_version'],
+        'simulated': host['simulated'],
+        'gpus': [gpu_facts(gpu) for gpu, dummy in selected],
+    }
+    module.exit_json(changed=False, ansible_facts={'nvidia_mig': facts})
+
+
+def main():
+    argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']))
+    argument_spec.update(COMMON_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    run_module(module, main_body)
+
+
+if __name__ == '__main__':
+    main()

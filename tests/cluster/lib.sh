@@ -1,0 +1,20 @@
+# shellcheck shell=bash
+# Shared helpers for tests/cluster/*.sh (sourced, not executed).
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
+
+_cluster_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# The versions come from the wrapper modules only, so go.mod is the single
+# place a version bump happens.
+k8s_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {sub(/^v/, "", $3); print $3}' \
+    "$_cluster_lib_dir/go/kubernetes/go.mod")
+etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {sub(/^v/, "", $3); print $3}' \
+    "$_cluster_lib_dir/go/etcd/go.mod")
+[[ -n "$k8s_version" && -n "$etcd_version" ]] || die "cannot read the pinned versions from tests/cluster/go/*/go.mod"
+k8s_minor=${k8s_version%.*}
+
+cluster_cache_dir() {
+    echo "${GPUFLEET_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet-mig/k8s-v${k8s_version}}"
+}
