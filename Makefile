@@ -33,3 +33,37 @@ $(COLLECTION_LINK):
 	ln -sfn $(CURDIR) $@
 
 include $(wildcard mk/*.mk)
+
+# ---- tests -------------------------------------------------------------------------
+# ansible-test must run from inside ansible_collections/<ns>/<name>: test a clean copy of
+# the tracked and new files there.
+TEST_COLLECTION := $(CURDIR)/build/test/ansible_collections/gpufleet/mig
+ANSIBLE_TEST := cd $(TEST_COLLECTION) && PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(CURDIR)/$(BIN)/ansible-test
+# ansible-test fetches a pip bootstrap script from a host that may be unreachable; ours uses ensurepip.
+GET_PIP_CACHE := $(HOME)/.ansible/test/cache/get_pip_24_2.py
+
+.PHONY: test-copy
+test-copy: bootstrap
+	rm -rf $(TEST_COLLECTION) && mkdir -p $(TEST_COLLECTION)
+	git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} sh -c 'test -e "{}" && printf "%s\0" "{}"' \
+		| tar --null -cf - -T - | tar -xf - -C $(TEST_COLLECTION)
+	cd $(TEST_COLLECTION) && git init -q && git add -A
+	mkdir -p $(dir $(GET_PIP_CACHE)) && test -s $(GET_PIP_CACHE) || cp tests/sanity/get_pip_offline.py $(GET_PIP_CACHE)
+
+lint: bootstrap
+	$(ANSIBLE_ENV) $(BIN)/ansible-lint --profile production
+
+sanity: test-copy
+	$(ANSIBLE_TEST) sanity --python 3.11 --requirements --color no
+
+units: test-copy
+	$(ANSIBLE_TEST) units --python 3.11 --requirements --color no --num-workers 2
+
+integration: test-copy
+	$(ANSIBLE_TEST) integration --python 3.11 --requirements --color no --local
+
+test: lint sanity units integration molecule $(EXTRA_TEST_TARGETS)
+	@echo "make test: all suites passed"
+
+benchmark: bootstrap
+	$(PYTEST_ENV) $(PY) benchmarks/planner.py

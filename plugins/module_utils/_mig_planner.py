@@ -308,7 +308,7 @@ def _choose_kept(catalog, specs, busy, idle_candidates, repack):
             placed = _best_placement(catalog, occupancy, remaining)
             if placed is None:
                 continue
-            score, starts = placed
+            score, starts = placed[0], placed[1]
             key = (score, len(kept)) if repack else (len(kept), score)
             if best is None or key > best[0]:
                 best = (key, kept, remaining, starts, occupancy)

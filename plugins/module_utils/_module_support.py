@@ -66,8 +66,8 @@ def layout_lines(gpu_index, layout):
     lines = []
     for entry in layout:
         cis = ','.join('%s@%d' % (ci['profile'], ci['placement']['start']) for ci in entry['compute_instances'])
-        lines.append('GPU %s: %s@%d [%s]%s' % (gpu_index, entry['profile'], entry['placement']['start'], cis,
-                                                 ' busy pids=%s' % entry['pids'] if entry.get('busy') else ''))
+        busy = ' busy pids=%s' % entry['pids'] if entry.get('busy') else ''
+        lines.append('GPU %s: %s@%d [%s]%s' % (gpu_index, entry['profile'], entry['placement']['start'], cis, busy))
     if not layout:
         lines.append('GPU %s: (no instances)' % gpu_index)
     return lines

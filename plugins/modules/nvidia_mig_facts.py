@@ -13,7 +13,7 @@ short_description: Read NVIDIA MIG mode, profiles, instances and free space thro
 version_added: 0.1.0
 description:
   - Reads every selected GPU through NVML (the official C(nvidia-ml-py) bindings) and returns
-    C(ansible_facts.nvidia_mig): MIG mode, the GPU instance profiles with their placements as NVML reports
+    C(ansible_facts.nvidia_mig) with MIG mode, the GPU instance profiles with their placements as NVML reports
     them, GPU and compute instances with their processes, and free-space figures (what still fits,
     stranded slices, fragmentation).
   - Never parses C(nvidia-smi) output and never changes anything.
@@ -33,7 +33,7 @@ attributes:
     support: full
     description: Returns C(ansible_facts.nvidia_mig).
 author:
-  - gpufleet.mig developers
+  - gpufleet.mig developers (@gpufleet)
 '''
 
 EXAMPLES = r'''

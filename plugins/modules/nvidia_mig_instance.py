@@ -59,7 +59,7 @@ attributes:
     support: full
     description: Shows each GPU's layout before and after, one line per GPU instance.
 author:
-  - gpufleet.mig developers
+  - gpufleet.mig developers (@gpufleet)
 seealso:
   - module: gpufleet.mig.nvidia_mig_mode
   - module: gpufleet.mig.nvidia_mig_facts

@@ -46,7 +46,7 @@ attributes:
     support: full
     description: Shows the mode of each GPU before and after.
 author:
-  - gpufleet.mig developers
+  - gpufleet.mig developers (@gpufleet)
 '''
 
 EXAMPLES = r'''

@@ -36,12 +36,17 @@ supervisor_alive() {
     [[ -f "$state/supervisor.pid" ]] && kill -0 "$(cat "$state/supervisor.pid")" 2>/dev/null
 }
 
-# Poll CMD... every 0.25s until it succeeds or SECONDS passes; returns 1 on timeout.
+# wait_for SECONDS WHAT PID CMD...: poll CMD every 0.25s until it succeeds;
+# returns 1 on timeout or as soon as process PID (if not empty) has exited.
 wait_for() {
-    local limit=$1 what=$2
-    shift 2
+    local limit=$1 what=$2 pid=$3
+    shift 3
     local deadline=$((SECONDS + limit))
     until "$@" >/dev/null 2>&1; do
+        if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+            log "$what: the process exited"
+            return 1
+        fi
         if ((SECONDS >= deadline)); then
             log "timed out after ${limit}s waiting for $what"
             return 1
@@ -101,7 +106,7 @@ supervise() {
         --initial-advertise-peer-urls "http://127.0.0.1:$(cat "$state/ports/etcd-peer")" \
         --initial-cluster "default=http://127.0.0.1:$(cat "$state/ports/etcd-peer")" \
         --unsafe-no-fsync --log-level warn
-    wait_for 60 "etcd" curl -fsS --max-time 2 "http://127.0.0.1:$p_etcd/health" || exit 1
+    wait_for 60 "etcd" "${pids[0]}" curl -fsS --max-time 2 "http://127.0.0.1:$p_etcd/health" || exit 1
 
     # ServiceAccount admission is off (no token controller runs) but the
     # --service-account-* flags stay mandatory. TaintNodesByCondition is off
@@ -118,7 +123,7 @@ supervise() {
         --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
         --enable-admission-plugins ResourceQuota,Priority \
         --enable-priority-and-fairness=false --profiling=false
-    wait_for 120 "kube-apiserver /readyz" api_get /readyz || exit 1
+    wait_for 120 "kube-apiserver /readyz" "${pids[1]}" api_get /readyz || exit 1
 
     launch kube-controller-manager "$bin/kube-controller-manager" \
         --kubeconfig "$state/controller-manager.kubeconfig" --leader-elect=false \
@@ -129,8 +134,8 @@ supervise() {
         --bind-address 127.0.0.1 --secure-port "$p_sched" --profiling=false
     # -k only for these two health probes: their serving certs are generated
     # in memory at start and signed by nobody.
-    wait_for 60 "kube-controller-manager /healthz" curl -kfsS --max-time 2 "https://127.0.0.1:$p_kcm/healthz" || exit 1
-    wait_for 60 "kube-scheduler /healthz" curl -kfsS --max-time 2 "https://127.0.0.1:$p_sched/healthz" || exit 1
+    wait_for 60 "kube-controller-manager /healthz" "${pids[2]}" curl -kfsS --max-time 2 "https://127.0.0.1:$p_kcm/healthz" || exit 1
+    wait_for 60 "kube-scheduler /healthz" "${pids[3]}" curl -kfsS --max-time 2 "https://127.0.0.1:$p_sched/healthz" || exit 1
     touch "$state/ready"
     log "supervisor: control plane ready"
 
@@ -205,6 +210,9 @@ start_once() {
         echo "${ports[i]}" >"$state/ports/$n"
         i=$((i + 1))
     done
+    write_kubeconfig "$state/kubeconfig" gpufleet-admin "$(cat "$state/admin.token")"
+    write_kubeconfig "$state/controller-manager.kubeconfig" system:kube-controller-manager "$(cat "$state/kcm.token")"
+    write_kubeconfig "$state/scheduler.kubeconfig" system:kube-scheduler "$(cat "$state/scheduler.token")"
 
     log "starting supervisor (logs in $state/logs)"
     GPUFLEET_CLUSTER_STATE_DIR=$state setsid "$here/cluster.sh" _supervise >>"$state/logs/supervisor.log" 2>&1 </dev/null &
@@ -267,15 +275,14 @@ cmd_start() {
             "$t_kcm,system:kube-controller-manager,uid-kcm,\"system:masters\"" \
             "$t_sched,system:kube-scheduler,uid-sched" >"$state/tokens.csv"
         echo "$t_admin" >"$state/admin.token"
+        echo "$t_kcm" >"$state/kcm.token"
+        echo "$t_sched" >"$state/scheduler.token"
     )
 
     # Free ports are picked, then bound later by other processes: another
     # program may take one in between. Retry with new ports in that case.
     local attempt ok=""
     for attempt in 1 2 3; do
-        write_kubeconfig "$state/kubeconfig" gpufleet-admin "$t_admin"
-        write_kubeconfig "$state/controller-manager.kubeconfig" system:kube-controller-manager "$t_kcm"
-        write_kubeconfig "$state/scheduler.kubeconfig" system:kube-scheduler "$t_sched"
         if start_once; then ok=1; break; fi
         show_logs
         cmd_stop
@@ -287,11 +294,11 @@ cmd_start() {
     local server="https://127.0.0.1:$(cat "$state/ports/apiserver")"
     # Namespaces and priority classes the apiserver bootstraps itself; the
     # roles under test rely on both existing.
-    wait_for 60 "namespace kube-system" api_get /api/v1/namespaces/kube-system \
-        && wait_for 60 "priority class system-node-critical" api_get /apis/scheduling.k8s.io/v1/priorityclasses/system-node-critical \
-        || { show_logs; cmd_stop; die "the API server never bootstrapped its objects"; }
+    wait_for 60 "namespace kube-system" "" api_get /api/v1/namespaces/kube-system \
+        && wait_for 60 "priority class system-node-critical" "" api_get /apis/scheduling.k8s.io/v1/priorityclasses/system-node-critical \
+        || { show_logs; die "the API server never bootstrapped its objects"; }
     "$python" "$here/helper.py" nodes "$nodes" "$server" "$t_admin" "$state/pki/ca.crt" >"$state/nodes.txt" \
-        || { cmd_stop; die "creating fake nodes failed"; }
+        || die "creating fake nodes failed"
 
     umask 077
     cat >"$state/env" <<EOF

@@ -11,7 +11,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import ensurepip
 import subprocess
 import sys
 
@@ -20,7 +19,10 @@ _GET_PIP_ONLY_OPTIONS = ('--no-setuptools', '--no-wheel')
 
 
 def main():
-    ensurepip.bootstrap(upgrade=True)
+    # in a child process: ensurepip points PIP_CONFIG_FILE at /dev/null in its own environment
+    status = subprocess.call([sys.executable, '-m', 'ensurepip', '--upgrade', '--default-pip'])
+    if status:
+        return status
     arguments = [argument for argument in sys.argv[1:] if argument not in _GET_PIP_ONLY_OPTIONS]
     return subprocess.call([sys.executable, '-m', 'pip', 'install'] + arguments)
 

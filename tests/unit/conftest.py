@@ -16,8 +16,8 @@ from ansible.module_utils.testing import patch_module_args
 SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
 
 
-class ModuleExit(Exception):
-    """exit_json or fail_json was called; ``result`` holds what the module returned."""
+class ModuleExit(SystemExit):
+    """exit_json or fail_json was called (a SystemExit, as in a real run); ``result`` is what the module returned."""
 
     def __init__(self, result, failed):
         super(ModuleExit, self).__init__(result.get('msg', ''))

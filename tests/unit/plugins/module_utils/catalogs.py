@@ -1,0 +1,48 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Each model's GPU as the backend reads it through the simulator (the production path)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+
+from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+
+MIG_MODELS = ['A100-SXM4-40GB', 'A100-SXM4-80GB', 'A30', 'H100-SXM5-80GB', 'H100-NVL', 'H200', 'GH200-96GB', 'B200']
+_CACHE = {}
+
+
+def read_simulated_host(gpus):
+    """Backend read of a throw-away simulated host."""
+    directory = tempfile.mkdtemp(prefix='gpufleet-catalog-')
+    previous = os.environ.get(_nvml_backend.SIMULATOR_ENV)
+    try:
+        path = os.path.join(directory, 'host.json')
+        with open(path, 'w') as handle:
+            json.dump({'driver_version': '580.95.05', 'gpus': gpus}, handle)
+        os.environ[_nvml_backend.SIMULATOR_ENV] = path
+        backend = _nvml_backend.NvmlBackend()
+        try:
+            return backend.read_host()
+        finally:
+            backend.close()
+    finally:
+        if previous is None:
+            os.environ.pop(_nvml_backend.SIMULATOR_ENV, None)
+        else:
+            os.environ[_nvml_backend.SIMULATOR_ENV] = previous
+        shutil.rmtree(directory)
+
+
+def model_gpu(model):
+    """An empty, MIG-enabled GPU of ``model`` in the backend's plain form (a fresh copy)."""
+    if model not in _CACHE:
+        host = read_simulated_host([{'model': model, 'mig': {'current': 'enabled', 'pending': 'enabled'}}])
+        _CACHE[model] = host['gpus'][0]
+    return copy.deepcopy(_CACHE[model])

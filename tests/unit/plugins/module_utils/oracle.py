@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""An independent brute force over placements: plain sets, none of the planner's code.
+
+Used by the planner tests as an oracle and by benchmarks/planner.py as the minimum.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import itertools
+
+
+def profiles_by_name(gpu):
+    return dict((p['name'], p) for p in gpu['profiles'])
+
+
+def slices_of(profile, start):
+    return set(range(start, start + profile['memory_slices']))
+
+
+def _is_media(name):
+    return name.endswith('+me')
+
+
+def all_placements(gpu, fixed=()):
+    """Every set of extra (profile, start) that fits around ``fixed``, as sorted tuples."""
+    profiles = profiles_by_name(gpu)
+    options = sorted((name, p['start']) for name in profiles for p in profiles[name]['placements'])
+    found = set()
+
+    def valid(chosen):
+        used = set()
+        counts = {}
+        media = 0
+        for name, start in chosen:
+            taken = slices_of(profiles[name], start)
+            if used & taken:
+                return False
+            used |= taken
+            counts[name] = counts.get(name, 0) + 1
+            if counts[name] > profiles[name]['max_count']:
+                return False
+            media += _is_media(name)
+        return media <= 1
+
+    def grow(position, chosen):
+        found.add(tuple(sorted(chosen)))
+        for index in range(position, len(options)):
+            candidate = chosen + [options[index]]
+            if valid(list(fixed) + candidate):
+                grow(index + 1, candidate)
+
+    grow(0, [])
+    return found
+
+
+def counts_of(placements):
+    counts = {}
+    for name, dummy in placements:
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def brute_force_min_destroyed(gpu, target):
+    """Fewest idle GPU instances to destroy to reach ``target`` (full-size CIs), or None."""
+    current = gpu['gpu_instances']
+    busy = [gi for gi in current if gi['busy']]
+    idle = [gi for gi in current if not gi['busy']]
+    for destroyed in range(len(idle) + 1):
+        for victims in itertools.combinations(idle, destroyed):
+            kept = busy + [gi for gi in idle if gi not in victims]
+            kept_counts = counts_of([(gi['profile'], 0) for gi in kept])
+            if any(kept_counts[name] > target.get(name, 0) for name in kept_counts):
+                continue
+            need = dict((name, target[name] - kept_counts.get(name, 0)) for name in target)
+            fixed = [(gi['profile'], gi['placement']['start']) for gi in kept]
+            for extra in all_placements(gpu, fixed):
+                if counts_of(extra) == dict((k, v) for k, v in need.items() if v):
+                    return destroyed
+    return None
+
+
+def with_instances(gpu, instances):
+    """instances: [(profile, start, pids)] with one full-size compute instance each."""
+    result = dict(gpu)
+    gis = []
+    for gi_id, (profile, start, pids) in enumerate(instances, start=1):
+        size = profiles_by_name(gpu)[profile]['memory_slices']
+        processes = [{'pid': pid, 'used_memory_mib': 100} for pid in pids]
+        gis.append({'id': gi_id, 'profile': profile, 'profile_id': profiles_by_name(gpu)[profile]['id'],
+                    'placement': {'start': start, 'size': size}, 'busy': bool(pids),
+                    'compute_instances': [{'id': 0, 'profile': profile, 'profile_id': 0,
+                                           'placement': {'start': 0, 'size': profiles_by_name(gpu)[profile]['compute_slices']},
+                                           'processes': processes}]})
+    result['gpu_instances'] = gis
+    return result

@@ -1,0 +1,323 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The three modules, in-process, against simulated hosts through the real pynvml."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode
+from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS
+
+ENABLED = {'current': 'enabled', 'pending': 'enabled'}
+
+
+def busy_3g_host(simulated_host, pids=(4242,)):
+    return simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '3g.40gb', 'start': 4, 'compute_instances': [{'profile': '3g.40gb', 'start': 0, 'pids': list(pids)}]}]}])
+
+
+def layout(result, gpu=0):
+    entry = [g for g in result['gpus'] if g['index'] == gpu][0]
+    return sorted((e['profile'], e['placement']['start'], tuple(c['profile'] for c in e['compute_instances'])) for e in entry['after'])
+
+
+def facts_of(run_module):
+    result, failed = run_module(nvidia_mig_facts.main, {})
+    assert not failed, result
+    return result['ansible_facts']['nvidia_mig']
+
+
+# ---- facts ------------------------------------------------------------------------
+
+@pytest.mark.parametrize('model', MIG_MODELS)
+def test_facts_on_every_model(simulated_host, run_module, model):
+    simulated_host([{'model': model, 'mig': dict(ENABLED)}])
+    facts = facts_of(run_module)
+    gpu = facts['gpus'][0]
+    assert gpu['mig_capable'] and gpu['mig_mode'] == ENABLED
+    assert gpu['free_slices'] == (4 if model == 'A30' else 8)
+    assert gpu['stranded_slices'] == 0 and gpu['fragmentation'] == 0.0
+    biggest = max(gpu['profiles'], key=lambda p: p['memory_slices'])
+    assert gpu['largest_placeable'] == biggest['name']
+    assert all(gpu['placeable'][p['name']] >= 1 for p in gpu['profiles'])
+    assert facts['simulated'] is True and facts['driver_version'] == '580.95.05'
+
+
+def test_facts_busy_detection_and_fragmentation(simulated_host, run_module):
+    simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': 0, 'compute_instances': [{'profile': '1g.10gb', 'start': 0, 'pids': [11]}]},
+        {'profile': '1g.10gb', 'start': 4, 'compute_instances': [{'profile': '1g.10gb', 'start': 0, 'pids': []}]}]}])
+    gpu = facts_of(run_module)['gpus'][0]
+    assert gpu['busy'] is True
+    assert [gi['busy'] for gi in gpu['gpu_instances']] == [True, False]
+    assert gpu['gpu_instances'][0]['compute_instances'][0]['processes'][0]['pid'] == 11
+    assert gpu['free_slices'] == 6
+    assert gpu['placeable']['7g.80gb'] == 0 and gpu['placeable']['3g.40gb'] == 0
+    assert gpu['largest_placeable'] == '2g.20gb'
+    assert gpu['fragmentation'] == round(1 - 2 / 6.0, 4)
+    assert gpu['stranded_slices'] == 0
+
+
+def test_facts_stranded_slice_after_seven_small_instances(simulated_host, run_module):
+    simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in range(7)]}])
+    gpu = facts_of(run_module)['gpus'][0]
+    assert gpu['free_slices'] == 1 and gpu['stranded_slices'] == 1
+    assert gpu['largest_placeable'] is None and gpu['fragmentation'] == 1.0
+
+
+def test_facts_selectors_and_non_capable_gpu(simulated_host, run_module):
+    simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'L40S'}, {'model': 'H100-SXM5-80GB'}])
+    all_gpus = facts_of(run_module)['gpus']
+    assert [g['mig_capable'] for g in all_gpus] == [True, False, True]
+    assert 'not MIG-capable' in all_gpus[1]['skipped']
+    by_pci, failed = run_module(nvidia_mig_facts.main, {'gpus': ['0x233010DE']})
+    assert not failed and [g['index'] for g in by_pci['ansible_facts']['nvidia_mig']['gpus']] == [2]
+    by_uuid, failed = run_module(nvidia_mig_facts.main, {'gpus': [all_gpus[0]['uuid']]})
+    assert not failed and [g['index'] for g in by_uuid['ansible_facts']['nvidia_mig']['gpus']] == [0]
+    result, failed = run_module(nvidia_mig_facts.main, {'gpus': ['7']})
+    assert failed and "'7' matches no GPU" in result['msg']
+    result, failed = run_module(nvidia_mig_facts.main, {'gpus': ['first']})
+    assert failed and 'invalid GPU selector' in result['msg']
+
+
+# ---- mode -------------------------------------------------------------------------
+
+def test_mode_ampere_stays_pending_until_reset(simulated_host, run_module):
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}])
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
+    assert not failed and result['changed']
+    assert result['gpus'][0]['after'] == {'current': 'disabled', 'pending': 'enabled'}
+    assert result['gpus'][0]['reset_required'] is True
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
+    assert not failed and result['changed'] and result['gpus'][0]['reset_performed']
+    assert result['gpus'][0]['after'] == ENABLED and not result['gpus'][0]['reset_required']
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
+    assert not failed and not result['changed']
+    assert [c['call'] for c in mutating_calls(host)] == ['nvmlDeviceSetMigMode']
+
+
+def test_mode_hopper_applies_at_once(simulated_host, run_module):
+    simulated_host([{'model': 'H100-SXM5-80GB'}, {'model': 'H200'}])
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
+    assert not failed and result['changed']
+    assert [g['after'] for g in result['gpus']] == [ENABLED, ENABLED]
+    assert not any(g['reset_performed'] for g in result['gpus'])
+
+
+def test_mode_check_mode_predicts_and_mutates_nothing(simulated_host, run_module):
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'H100-SXM5-80GB'}])
+    before = host.read()['gpus']
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'},
+                                check_mode=True, diff=True)
+    assert not failed and result['changed']
+    assert [g['after'] for g in result['gpus']] == [ENABLED, ENABLED]
+    assert 'GPU 0: current=enabled' in result['diff']['after']
+    assert mutating_calls(host) == []
+    assert [g.get('mig') for g in host.read()['gpus']] == [g.get('mig') for g in before]
+
+
+def test_mode_disable_refuses_busy_gpu_and_changes_nothing(simulated_host, run_module):
+    host = busy_3g_host(simulated_host)
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled'})
+    assert failed and '4242' in result['msg'] and 'GPU 0' in result['msg']
+    assert mutating_calls(host) == []
+
+
+def test_mode_disable_destroys_idle_instances_first(simulated_host, run_module):
+    host = busy_3g_host(simulated_host, pids=())
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled', 'reset': 'if_idle'})
+    assert not failed, result
+    assert result['gpus'][0]['destroyed_instances'][0]['profile'] == '3g.40gb'
+    assert result['gpus'][0]['after'] == {'current': 'disabled', 'pending': 'disabled'}
+    calls = [c['call'] for c in mutating_calls(host)]
+    assert calls[:3] == ['nvmlComputeInstanceDestroy', 'nvmlGpuInstanceDestroy', 'nvmlDeviceSetMigMode']
+
+
+def test_mode_non_capable_explicit_is_error_all_is_skipped(simulated_host, run_module):
+    host = simulated_host([{'model': 'L40S'}, {'model': 'H200'}])
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'enabled'})
+    assert failed and 'not MIG-capable' in result['msg']
+    assert mutating_calls(host) == []
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
+    assert not failed and result['skipped'][0]['index'] == 0 and [g['index'] for g in result['gpus']] == [1]
+
+
+@pytest.mark.parametrize('args, message', [
+    ({'gpus': ['all'], 'state': 'on'}, 'value of state must be one of'),
+    ({'gpus': ['nine'], 'state': 'enabled'}, 'invalid GPU selector'),
+    ({'gpus': ['all'], 'state': 'enabled', 'reset': 'always'}, 'value of reset must be one of'),
+    ({'gpus': ['all'], 'state': 'enabled', 'lock_timeout': -1}, 'lock_timeout'),
+])
+def test_mode_bad_input(simulated_host, run_module, args, message):
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}])
+    result, failed = run_module(nvidia_mig_mode.main, args)
+    assert failed and message in result['msg']
+    assert mutating_calls(host) == []
+
+
+# ---- instances ------------------------------------------------------------------------
+
+def test_instance_keeps_busy_and_places_around_it(simulated_host, run_module):
+    host = busy_3g_host(simulated_host)
+    args = {'gpus': [0], 'instances': {'2g.20gb': 2, '3g.40gb': 1}}
+    result, failed = run_module(nvidia_mig_instance.main, args, diff=True)
+    assert not failed, result
+    assert layout(result) == [('2g.20gb', 0, ('2g.20gb',)), ('2g.20gb', 2, ('2g.20gb',)), ('3g.40gb', 4, ('3g.40gb',))]
+    assert not [a for a in result['actions'] if a['action'].startswith('destroy')]
+    assert 'GPU 0: 2g.20gb@0' in result['diff']['after']
+    assert all(c['call'] != 'nvmlDeviceCreateGpuInstance' for c in mutating_calls(host))  # always with placement
+    again, failed = run_module(nvidia_mig_instance.main, args)
+    assert not failed and not again['changed'] and again['actions'] == []
+
+
+def test_instance_check_mode_returns_the_plan_and_mutates_nothing(simulated_host, run_module):
+    host = busy_3g_host(simulated_host)
+    args = {'gpus': [0], 'instances': {'2g.20gb': 2, '3g.40gb': 1}}
+    checked, failed = run_module(nvidia_mig_instance.main, args, check_mode=True)
+    assert not failed and checked['changed']
+    assert mutating_calls(host) == []
+    applied, failed = run_module(nvidia_mig_instance.main, args)
+    strip = lambda actions: [dict((k, v) for k, v in a.items() if not k.endswith('_id') or k == 'profile_id') for a in actions]
+    assert strip(checked['actions']) == strip(applied['actions'])
+
+
+def test_instance_packs_compute_instances(simulated_host, run_module):
+    simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED)}])
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'1c.3g.40gb': 4}})
+    assert not failed, result
+    assert layout(result) == [('3g.40gb', 0, ('1c.3g.40gb',) * 3), ('3g.40gb', 4, ('1c.3g.40gb',))]
+    facts = facts_of(run_module)['gpus'][0]
+    assert sorted(len(gi['compute_instances']) for gi in facts['gpu_instances']) == [1, 3]
+
+
+def test_instance_refuses_layout_that_drops_busy_instance(simulated_host, run_module):
+    host = busy_3g_host(simulated_host)
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'1g.10gb': 7}})
+    assert failed and '4242' in result['msg'] and '3g.40gb' in result['msg']
+    assert mutating_calls(host) == []
+
+
+def test_instance_on_disabled_mig_points_to_mode_module(simulated_host, run_module):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': {'current': 'disabled', 'pending': 'enabled'}}])
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'7g.80gb': 1}})
+    assert failed and 'nvidia_mig_mode' in result['msg']
+    planned, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'7g.80gb': 1}}, check_mode=True)
+    assert not failed and planned['gpus'][0]['assumed_empty'] and planned['changed']
+    assert mutating_calls(host) == []
+
+
+BAD_INSTANCE_INPUT = [
+    ({'instances': {'9g.90gb': 1}}, 'not offered by this GPU'),
+    ({'instances': {'3g.40gb': 3}}, 'at most 2'),
+    ({'instances': {'5c.7g.80gb': 1}}, 'not valid inside'),
+    ({'instances': {'1g.10gb+me': 1, '1g.10gb': 6, '1g.20gb+me': 1}}, 'not offered'),
+    ({'instances': {'7g.80gb': 1, '1g.10gb': 1}}, 'does not fit on an empty GPU'),
+    ({'instances': {'3g.40gb': 'two'}}, 'non-negative integer'),
+    ({'instances': {'3g.40gb': -1}}, 'non-negative integer'),
+    ({'instances': {'threeg': 1}}, 'invalid MIG profile'),
+    ({'instances': {'3g.40gb': 1}, 'state': 'absent'}, 'leave instances empty'),
+    ({'gpus': ['5']}, 'matches no GPU'),
+    ({'state': 'gone'}, 'value of state must be one of'),
+]
+
+
+@pytest.mark.parametrize('args, message', BAD_INSTANCE_INPUT)
+def test_instance_bad_input_is_a_clear_error_with_zero_mutations(simulated_host, run_module, args, message):
+    host = busy_3g_host(simulated_host, pids=())
+    request = dict({'gpus': [0]}, **args)
+    result, failed = run_module(nvidia_mig_instance.main, request)
+    assert failed and message in result['msg'], result['msg']
+    assert mutating_calls(host) == []
+
+
+def test_instance_two_media_engine_instances_are_rejected(simulated_host, run_module):
+    host = simulated_host([{'model': 'A30', 'mig': dict(ENABLED)}])
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'1g.6gb+me': 1, '2g.12gb+me': 1}})
+    assert failed and '+me' in result['msg']
+    assert mutating_calls(host) == []
+
+
+def test_instance_absent_clears_idle_gpu(simulated_host, run_module):
+    busy_3g_host(simulated_host, pids=())
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'state': 'absent'})
+    assert not failed and result['changed'] and layout(result) == []
+    assert facts_of(run_module)['gpus'][0]['gpu_instances'] == []
+
+
+TRANSITION = {'gpus': ['all'], 'instances': {'1g.10gb': 2, '2g.20gb': 1, '3g.40gb': 1}}
+
+
+def _transition_host(simulated_host, faults=None):
+    return simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in range(7)]}],
+        faults=faults)
+
+
+def _count_mutations(simulated_host, run_module):
+    host = _transition_host(simulated_host)
+    result, failed = run_module(nvidia_mig_instance.main, TRANSITION)
+    assert not failed, result
+    return result, len(mutating_calls(host))
+
+
+def test_fault_at_every_mutating_call_then_rerun_converges(simulated_host, run_module, tmp_path):
+    reference, total = _count_mutations(simulated_host, run_module)
+    assert total >= 6
+    calls = [(a['action']) for a in reference['actions']]
+    names = {'destroy_compute_instance': 'nvmlComputeInstanceDestroy', 'destroy_gpu_instance': 'nvmlGpuInstanceDestroy',
+             'create_gpu_instance': 'nvmlDeviceCreateGpuInstanceWithPlacement',
+             'create_compute_instance': 'nvmlGpuInstanceCreateComputeInstanceWithPlacement'}
+    for position, action in enumerate(calls):
+        nth = calls[:position + 1].count(action)
+        fault = {'call': names[action], 'gpu': 0, 'nth': nth, 'error': 'NVML_ERROR_UNKNOWN'}
+        host = _transition_host(simulated_host, faults=[fault])
+        result, failed = run_module(nvidia_mig_instance.main, TRANSITION)
+        assert failed, 'fault %s did not stop the apply' % fault
+        assert 'NVML_ERROR_UNKNOWN' in result['msg'] and 're-run to converge' in result['msg']
+        assert len(result['done']) == position
+        rerun, failed = run_module(nvidia_mig_instance.main, TRANSITION)
+        assert not failed, rerun['msg']
+        assert layout(rerun) == layout(reference)
+        final, failed = run_module(nvidia_mig_instance.main, TRANSITION)
+        assert not failed and not final['changed']
+        os.remove(host.path)
+
+
+def _locked_run(path, queue):
+    # a separate process holds the host lock for a while, as a concurrent run would
+    os.environ['GPUFLEET_MIG_SIMULATOR'] = path
+    from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock
+    import time
+    with HostLock(path + '.host.lock', 10):
+        queue.put('locked')
+        time.sleep(1.5)
+
+
+def test_concurrent_runs_on_one_host_serialise(simulated_host, run_module):
+    host = _transition_host(simulated_host)
+    queue = multiprocessing.Queue()
+    holder = multiprocessing.Process(target=_locked_run, args=(host.path, queue))
+    holder.start()
+    assert queue.get(timeout=10) == 'locked'
+    result, failed = run_module(nvidia_mig_instance.main, dict(TRANSITION, lock_timeout=0))
+    assert failed and 'another gpufleet.mig run holds' in result['msg']
+    result, failed = run_module(nvidia_mig_instance.main, dict(TRANSITION, lock_timeout=20))
+    holder.join()
+    assert not failed and result['changed']
+
+
+def test_state_file_round_trip_is_readable_json(simulated_host, run_module):
+    host = busy_3g_host(simulated_host, pids=())
+    run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'7g.80gb': 1}})
+    with open(host.path) as handle:
+        state = json.load(handle)
+    assert [gi['profile'] for gi in state['gpus'][0]['gpu_instances']] == ['7g.80gb']
