@@ -54,6 +54,10 @@ def clear_all_baseline(state):
     return len(state['gpu_instances'])
 
 
+def mean(values):
+    return statistics.mean(values) if values else 0.0
+
+
 def percentile(values, fraction):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
@@ -88,11 +92,10 @@ def bench_planner(size, seed):
         if cleared is not None:
             baseline_reached += 1
             baseline_destroyed.append(cleared)
-    mean = lambda values: statistics.mean(values) if values else 0.0
     print('Planner corpus: %d transitions over %d models (seed %s), 25%% of instances busy' % (size, len(MIG_MODELS), seed))
     print('%-34s %12s %12s %12s' % ('', 'gpufleet', 'clear-all', 'brute-force'))
-    print('%-34s %11.1f%% %11.1f%% %11.1f%%' % ('reached without touching busy', 100.0 * ours_reached / size,
-                                                 100.0 * baseline_reached / size, 100.0 * oracle_reached / size))
+    reached = (100.0 * ours_reached / size, 100.0 * baseline_reached / size, 100.0 * oracle_reached / size)
+    print('%-34s %11.1f%% %11.1f%% %11.1f%%' % (('reached without touching busy',) + reached))
     print('%-34s %12.2f %12.2f %12.2f' % ('idle GIs destroyed / transition', mean(ours_destroyed), mean(baseline_destroyed),
                                           mean(oracle_destroyed)))
     print('%-34s %12d' % ('transitions differing from minimum', mismatches))
@@ -144,7 +147,7 @@ def bench_noop_module(gpus):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--transitions', type=int, default=1000)
     parser.add_argument('--seed', default='gpufleet-1')
     parser.add_argument('--gpus', type=int, default=8)

@@ -231,8 +231,7 @@ def _best_placement(catalog, occupancy, specs):
     place(0, occupancy)
     if best[0] is None:
         return None
-    score, negated = best[0]
-    return score, [-s for s in negated]
+    return best[0][0], [-s for s in best[0][1]]
 
 
 def plan_gpu(gpu, instances, repack=False):

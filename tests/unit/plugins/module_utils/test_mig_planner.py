@@ -152,8 +152,8 @@ def test_minimal_destroy_matches_brute_force_on_a_seeded_corpus(model):
     checked = unreachable = 0
     for dummy in range(40):
         current = rng.choice(placements)
-        state = with_instances(gpu, [(name, start, [1000 + i] if rng.random() < 0.3 else [])
-                                      for i, (name, start) in enumerate(current)])
+        busy = [[1000 + i] if rng.random() < 0.3 else [] for i in range(len(current))]
+        state = with_instances(gpu, [(name, start, pids) for (name, start), pids in zip(current, busy)])
         target = counts_of(rng.choice(placements)) if rng.random() < 0.7 else dict(
             (name, rng.randint(0, 2)) for name in rng.sample(names, 2))
         if not any(target.values()):
