@@ -162,7 +162,7 @@ ansible_facts:
                 - V(1 - largest_placeable_slices / free_slices); V(0.0) when nothing is free or all free memory fits one
                   instance, V(1.0) when slices are free but nothing fits.
               type: float
-            skipped:
+            skip_reason:
               description: Why figures are missing, for GPUs that are not MIG-capable.
               type: str
               returned: when the GPU is not MIG-capable
@@ -185,7 +185,7 @@ def gpu_facts(gpu):
     facts['busy'] = bool(gpu['processes']) or any(gi['busy'] for gi in gpu['gpu_instances'])
     if not gpu['mig_capable']:
         facts.update(free_slices=0, placeable={}, largest_placeable=None, stranded_slices=0, fragmentation=0.0,
-                     skipped='GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
+                     skip_reason='GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
         return facts
     figures = free_space(gpu)
     for key in ('free_slices', 'placeable', 'largest_placeable', 'stranded_slices', 'fragmentation'):

@@ -134,7 +134,7 @@ actions:
     - {gpu: 0, action: create_gpu_instance, profile: 2g.20gb, profile_id: 14, placement: {start: 0, size: 2}, gpu_instance_id: 3}
     - {gpu: 0, action: create_compute_instance, profile: 2g.20gb, profile_id: 1, placement: {start: 0, size: 2},
        gpu_instance_id: 3, compute_instance_id: 0}
-skipped:
+skipped_gpus:
   description: GPUs matched through V(all) that are not MIG-capable.
   returned: always
   type: list
@@ -218,7 +218,7 @@ def main_body(module):
             })
             all_actions.extend(dict(action, gpu=gpu['index']) for action in actions)
 
-    output = dict(changed=any(r['changed'] for r in results), gpus=results, actions=all_actions, skipped=skipped)
+    output = dict(changed=any(r['changed'] for r in results), gpus=results, actions=all_actions, skipped_gpus=skipped)
     if module._diff:
         output['diff'] = {
             'before': ''.join(line + '\n' for r in results for line in layout_lines(r['index'], r['before'])),

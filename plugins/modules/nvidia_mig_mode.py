@@ -20,7 +20,7 @@ description:
   - Disabling MIG on a GPU that has instances destroys them first, but only if none has running processes; a busy
     GPU is an error naming the processes and nothing is changed on any GPU.
   - GPUs that are not MIG-capable are an error when selected explicitly; matched through V(all) they are reported
-    in RV(skipped) and left alone.
+    in RV(skipped_gpus) and left alone.
 extends_documentation_fragment:
   - gpufleet.mig.nvml
 options:
@@ -96,7 +96,7 @@ gpus:
     changed:
       description: Whether this GPU changed.
       type: bool
-skipped:
+skipped_gpus:
   description: GPUs matched through V(all) that are not MIG-capable, with the reason.
   returned: always
   type: list
@@ -170,7 +170,7 @@ def main_body(module):
             decisions.append(ModeDecision(gpu, wanted, module.params['reset']))
         problems = [d.problem() for d in decisions if d.problem()]
         if problems:
-            module.fail_json(msg='; '.join(problems), skipped=skipped)
+            module.fail_json(msg='; '.join(problems), skipped_gpus=skipped)
 
         results = []
         for decision in decisions:
@@ -205,7 +205,7 @@ def main_body(module):
             })
 
     changed = any(r['changed'] for r in results)
-    output = dict(changed=changed, gpus=results, skipped=skipped)
+    output = dict(changed=changed, gpus=results, skipped_gpus=skipped)
     if module._diff:
         output['diff'] = {
             'before': ''.join('GPU %d: current=%s pending=%s\n' % (r['index'], r['before']['current'], r['before']['pending']) for r in results),

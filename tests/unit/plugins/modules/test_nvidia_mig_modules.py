@@ -83,7 +83,7 @@ def test_facts_selectors_and_non_capable_gpu(simulated_host, run_module):
     simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'L40S'}, {'model': 'H100-SXM5-80GB'}])
     all_gpus = facts_of(run_module)['gpus']
     assert [g['mig_capable'] for g in all_gpus] == [True, False, True]
-    assert 'not MIG-capable' in all_gpus[1]['skipped']
+    assert 'not MIG-capable' in all_gpus[1]['skip_reason']
     by_pci, failed = run_module(nvidia_mig_facts.main, {'gpus': ['0x233010DE']})
     assert not failed and [g['index'] for g in by_pci['ansible_facts']['nvidia_mig']['gpus']] == [2]
     by_uuid, failed = run_module(nvidia_mig_facts.main, {'gpus': [all_gpus[0]['uuid']]})
@@ -153,7 +153,7 @@ def test_mode_non_capable_explicit_is_error_all_is_skipped(simulated_host, run_m
     assert failed and 'not MIG-capable' in result['msg']
     assert mutating_calls(host) == []
     result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
-    assert not failed and result['skipped'][0]['index'] == 0 and [g['index'] for g in result['gpus']] == [1]
+    assert not failed and result['skipped_gpus'][0]['index'] == 0 and [g['index'] for g in result['gpus']] == [1]
 
 
 @pytest.mark.parametrize('args, message', [
