@@ -11,7 +11,7 @@ ANSIBLE_ENV := ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) ANSIBLE_ROLES_PATH=$(CURD
 	ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg PATH=$(CURDIR)/$(VENV)/bin:$$PATH
 PYTEST_ENV := PYTHONPATH=$(COLLECTIONS)
 
-.PHONY: help bootstrap demo test lint sanity units integration molecule benchmark clean
+.PHONY: help bootstrap test lint sanity units integration benchmark
 .DEFAULT_GOAL := help
 
 help:
@@ -66,4 +66,4 @@ test: lint sanity units integration molecule $(EXTRA_TEST_TARGETS)
 	@echo "make test: all suites passed"
 
 benchmark: bootstrap
-	$(PYTEST_ENV) $(PY) benchmarks/planner.py
+	$(PYTEST_ENV) $(ANSIBLE_ENV) $(PY) benchmarks/planner.py

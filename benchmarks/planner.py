@@ -18,6 +18,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -141,9 +142,30 @@ def bench_noop_module(gpus):
             _nvml_backend.pynvml._nvmlGetFunctionPointer_cache.clear()
         print('no-op nvidia_mig_instance core on a simulated %d-GPU host (7x1g.10gb each): median %.1f ms, %d NVML calls, '
               '0 mutating' % (gpus, 1000 * statistics.median(runs), sum(counted.values())))
+        bench_noop_ansible(state_path, gpus)
     finally:
         os.environ.pop(_nvml_backend.SIMULATOR_ENV, None)
         shutil.rmtree(directory)
+
+
+def bench_noop_ansible(state_path, gpus):
+    """The same no-op as a whole ``ansible`` ad-hoc run (module packaging and transfer included)."""
+    ansible = os.path.join(os.path.dirname(sys.executable), 'ansible')
+    if not os.path.exists(ansible):
+        print('ansible not found beside %s: whole-run figure skipped' % sys.executable)
+        return
+    command = [ansible, 'localhost', '-c', 'local', '-e', 'ansible_python_interpreter=%s' % sys.executable,
+               '-m', 'gpufleet.mig.nvidia_mig_instance', '-a', '{"gpus": ["all"], "instances": {"1g.10gb": 7}}']
+    environment = dict(os.environ, GPUFLEET_MIG_SIMULATOR=state_path, ANSIBLE_LOCALHOST_WARNING='false',
+                       ANSIBLE_INVENTORY_UNPARSED_WARNING='false')
+    runs = []
+    for dummy in range(3):
+        started = time.perf_counter()
+        output = subprocess.run(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        runs.append(time.perf_counter() - started)
+        if output.returncode != 0 or b'localhost | SUCCESS' not in output.stdout:
+            raise SystemExit('no-op ansible run failed or changed something:\n%s' % output.stdout.decode())
+    print('no-op ansible ad-hoc run of nvidia_mig_instance on the same %d-GPU host: median %.2f s wall' % (gpus, statistics.median(runs)))
 
 
 def main(argv=None):
