@@ -62,7 +62,7 @@ units: test-copy
 integration: test-copy
 	$(ANSIBLE_TEST) integration --python 3.11 --requirements --color no --local
 
-test: lint sanity units integration molecule $(EXTRA_TEST_TARGETS)
+test: lint sanity units integration molecule cluster-units cluster-test
 	@echo "make test: all suites passed"
 
 benchmark: bootstrap

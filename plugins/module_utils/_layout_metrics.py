@@ -1,0 +1,132 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""Prometheus textfile-collector output for the MIG layout of one host.
+
+Pure Python: no NVML, no Ansible imports. Input is the backend's ``read_host()`` data, the
+declared layout document and the last apply record. Written atomically (temp + rename).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import tempfile
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
+
+METRICS_FILE = 'gpufleet_mig.prom'
+
+_HELP = (
+    ('gpufleet_mig_mode_enabled', 'gauge', 'MIG mode currently enabled (1) or not (0).'),
+    ('gpufleet_mig_mode_pending_enabled', 'gauge', 'MIG mode pending after the next GPU reset or reboot.'),
+    ('gpufleet_mig_gpu_instances', 'gauge', 'GPU instances by profile.'),
+    ('gpufleet_mig_busy_instances', 'gauge', 'GPU instances with running processes.'),
+    ('gpufleet_mig_free_slices', 'gauge', 'Memory slices no GPU instance covers.'),
+    ('gpufleet_mig_stranded_slices', 'gauge', 'Free memory slices no still-placeable profile can use.'),
+    ('gpufleet_mig_largest_placeable_slices', 'gauge', 'Memory slices of the largest profile that still fits (0: none).'),
+    ('gpufleet_mig_largest_placeable_info', 'gauge', 'The largest profile that still fits, as a label.'),
+    ('gpufleet_mig_fragmentation_ratio', 'gauge', '1 - largest placeable slices / free slices.'),
+    ('gpufleet_mig_gpu_in_layout', 'gauge', 'The GPU matches the declared layout (1) or not (0).'),
+    ('gpufleet_mig_layout_info', 'gauge', 'The declared layout of this host, as a label.'),
+    ('gpufleet_mig_layout_last_apply_success', 'gauge', 'Whether the last apply of the layout succeeded.'),
+    ('gpufleet_mig_layout_last_apply_timestamp_seconds', 'gauge', 'Unix time of the last apply of the layout.'),
+)
+
+
+def _escape(value):
+    return str(value).replace('\\', '\\\\').replace('\n', '\\n').replace('"', '\\"')
+
+
+def _labels(**labels):
+    return '{%s}' % ','.join('%s="%s"' % (key, _escape(labels[key])) for key in sorted(labels))
+
+
+def _gpu_figures(gpu):
+    catalog = Catalog.from_data(gpu['profiles'])
+    occupancy = Occupancy.of(catalog, [(gi['profile'], gi['placement']['start']) for gi in gpu['gpu_instances']])
+    return analyze(catalog, occupancy)
+
+
+def _declared_by_uuid(layout):
+    return dict((g['uuid'], g) for g in (layout or {}).get('gpus', []))
+
+
+def gpu_in_layout(gpu, declared):
+    """Mode and instance profiles (with compute instances) as declared; placement does not count."""
+    target = 'enabled' if declared['mig_enabled'] else 'disabled'
+    if gpu['mig_mode']['current'] != target or gpu['mig_mode']['pending'] != target:
+        return False
+    counts = {}
+    for gi in gpu['gpu_instances']:
+        cis = [ci['profile'] for ci in gi['compute_instances']]
+        if cis == [gi['profile']]:
+            key = gi['profile']
+            counts[key] = counts.get(key, 0) + 1
+        else:
+            for ci in cis:
+                counts[ci] = counts.get(ci, 0) + 1
+    return counts == dict((k, v) for k, v in declared['instances'].items() if v)
+
+
+def render(host, layout, last_apply):
+    """The textfile content: one block per metric, one sample per GPU (and profile)."""
+    samples = dict((name, []) for name, dummy, dummy2 in _HELP)
+    declared = _declared_by_uuid(layout)
+    for gpu in host['gpus']:
+        if not gpu.get('mig_capable'):
+            continue
+        base = dict(gpu=gpu['index'], uuid=gpu['uuid'], model=gpu['name'])
+        figures = _gpu_figures(gpu)
+        samples['gpufleet_mig_mode_enabled'].append((base, int(gpu['mig_mode']['current'] == 'enabled')))
+        samples['gpufleet_mig_mode_pending_enabled'].append((base, int(gpu['mig_mode']['pending'] == 'enabled')))
+        by_profile = dict((p['name'], 0) for p in gpu['profiles'])
+        for gi in gpu['gpu_instances']:
+            by_profile[gi['profile']] = by_profile.get(gi['profile'], 0) + 1
+        for profile in sorted(by_profile):
+            samples['gpufleet_mig_gpu_instances'].append((dict(base, profile=profile), by_profile[profile]))
+        samples['gpufleet_mig_busy_instances'].append((base, sum(1 for gi in gpu['gpu_instances'] if gi.get('busy'))))
+        samples['gpufleet_mig_free_slices'].append((base, figures['free_slices']))
+        samples['gpufleet_mig_stranded_slices'].append((base, figures['stranded_slices']))
+        samples['gpufleet_mig_largest_placeable_slices'].append((base, figures['largest_placeable_slices']))
+        samples['gpufleet_mig_largest_placeable_info'].append(
+            (dict(base, profile=figures['largest_placeable'] or 'none'), 1))
+        samples['gpufleet_mig_fragmentation_ratio'].append((base, figures['fragmentation']))
+        if gpu['uuid'] in declared:
+            samples['gpufleet_mig_gpu_in_layout'].append((base, int(gpu_in_layout(gpu, declared[gpu['uuid']]))))
+    if layout:
+        samples['gpufleet_mig_layout_info'].append(({'layout': layout['name']}, 1))
+    if last_apply:
+        labels = {'layout': last_apply.get('layout', ''), 'source': last_apply.get('source', '')}
+        samples['gpufleet_mig_layout_last_apply_success'].append((labels, int(last_apply.get('result') == 'success')))
+        samples['gpufleet_mig_layout_last_apply_timestamp_seconds'].append((labels, int(last_apply.get('timestamp', 0))))
+    lines = []
+    for name, kind, text in _HELP:
+        if not samples[name]:
+            continue
+        lines.append('# HELP %s %s' % (name, text))
+        lines.append('# TYPE %s %s' % (name, kind))
+        for labels, value in samples[name]:
+            lines.append('%s%s %s' % (name, _labels(**labels), value))
+    return '\n'.join(lines) + '\n'
+
+
+def write_atomically(path, content, mode=0o644):
+    """Write ``content`` to ``path`` through a temp file in the same folder and a rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        os.makedirs(directory)
+    fd, temp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, 'w') as handle:
+            handle.write(content)
+        os.chmod(temp, mode)
+        os.rename(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
