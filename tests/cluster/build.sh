@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # Build (or find) the control-plane binaries for tests/cluster:
 # kube-apiserver, kube-controller-manager, kube-scheduler and etcd.
 #
@@ -15,7 +16,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 . "$here/lib.sh"
 
 binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # A real Kubernetes control plane on loopback for the cluster tests:
 # etcd, kube-apiserver (RBAC + token auth), kube-controller-manager and
 # kube-scheduler, plus fake GPU nodes. No kubelet, no containers.
@@ -21,7 +22,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 . "$here/lib.sh"
 
 state=$(realpath -m "${GPUFLEET_CLUSTER_STATE_DIR:-$repo/.state/cluster}")
@@ -74,6 +75,7 @@ supervise() {
     p_etcd=$(cat "$state/ports/etcd") p_api=$(cat "$state/ports/apiserver")
     p_kcm=$(cat "$state/ports/controller-manager") p_sched=$(cat "$state/ports/scheduler")
 
+    # shellcheck disable=SC2317  # invoked through the EXIT trap
     teardown() {
         trap - EXIT TERM INT
         local i pid
@@ -139,19 +141,30 @@ supervise() {
     touch "$state/ready"
     log "supervisor: control plane ready"
 
-    sleep "$lifetime" &
-    local sleeper=$!
-    local done_pid=""
+    local deadline=$((SECONDS + lifetime)) ticker done_pid
     # Any component dying takes the whole cluster down: half a control plane
-    # makes tests fail in confusing ways far from the cause.
-    wait -n -p done_pid "${pids[@]}" "$sleeper" || true
-    if [[ "$done_pid" == "$sleeper" ]]; then
-        log "supervisor: lifetime of ${lifetime}s reached, stopping"
-    else
-        log "supervisor: ${names[$done_pid]:-process $done_pid} exited, stopping the cluster"
-    fi
-    kill "$sleeper" 2>/dev/null || true
-    exit 1
+    # makes tests fail in confusing ways far from the cause. So does the state
+    # directory vanishing (a clean-up of .state/): without it nobody could
+    # find and stop these processes.
+    while :; do
+        sleep 5 &
+        ticker=$!
+        done_pid=""
+        wait -n -p done_pid "${pids[@]}" "$ticker" || true
+        if [[ "$done_pid" != "$ticker" ]]; then
+            kill "$ticker" 2>/dev/null || true
+            log "supervisor: ${names[$done_pid]:-process $done_pid} exited, stopping the cluster"
+            exit 1
+        fi
+        if [[ ! -f "$state/$marker" ]]; then
+            log "supervisor: state directory $state is gone, stopping the cluster"
+            exit 1
+        fi
+        if ((SECONDS >= deadline)); then
+            log "supervisor: lifetime of ${lifetime}s reached, stopping"
+            exit 1
+        fi
+    done
 }
 
 # --- start ---------------------------------------------------------------
@@ -178,7 +191,8 @@ make_pki() {
 }
 
 write_kubeconfig() { # FILE USER TOKEN
-    local server="https://127.0.0.1:$(cat "$state/ports/apiserver")"
+    local server
+    server="https://127.0.0.1:$(cat "$state/ports/apiserver")"
     umask 077
     cat >"$1" <<EOF
 apiVersion: v1
@@ -291,12 +305,15 @@ cmd_start() {
     done
     [[ -n "$ok" ]] || die "could not start the control plane"
 
-    local server="https://127.0.0.1:$(cat "$state/ports/apiserver")"
+    local server
+    server="https://127.0.0.1:$(cat "$state/ports/apiserver")"
     # Namespaces and priority classes the apiserver bootstraps itself; the
     # roles under test rely on both existing.
-    wait_for 60 "namespace kube-system" "" api_get /api/v1/namespaces/kube-system \
-        && wait_for 60 "priority class system-node-critical" "" api_get /apis/scheduling.k8s.io/v1/priorityclasses/system-node-critical \
-        || { show_logs; die "the API server never bootstrapped its objects"; }
+    if ! wait_for 60 "namespace kube-system" "" api_get /api/v1/namespaces/kube-system \
+        || ! wait_for 60 "priority class system-node-critical" "" api_get /apis/scheduling.k8s.io/v1/priorityclasses/system-node-critical; then
+        show_logs
+        die "the API server never bootstrapped its objects"
+    fi
     "$python" "$here/helper.py" nodes "$nodes" "$server" "$t_admin" "$state/pki/ca.crt" >"$state/nodes.txt" \
         || die "creating fake nodes failed"
 

@@ -1,5 +1,6 @@
-#!/usr/bin/env python3
-"""Small helpers for tests/cluster/cluster.sh (standard library only).
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Small helpers for tests/cluster/cluster.sh (standard library only; run as python3 helper.py ...).
 
   helper.py ports N                 print N distinct free loopback TCP ports
   helper.py nodes SPEC SERVER TOKEN CA
@@ -9,6 +10,10 @@ A node in SPEC is {"name", "labels", "resources", "unschedulable"}: the Node is
 created WITH its status (the API server keeps status on create), as kwok does, so
 no kubelet is needed for the scheduler to place pods on it.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 import json
 import socket
@@ -26,7 +31,7 @@ def free_ports(count):
     # Hold all sockets open until every port is picked so the N are distinct.
     socks = []
     try:
-        for _ in range(count):
+        for dummy in range(count):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", 0))
             socks.append(s)

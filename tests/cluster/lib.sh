@@ -6,6 +6,7 @@ die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
 
 _cluster_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
+# shellcheck disable=SC2034  # used by the scripts that source this file
 # The versions come from the wrapper modules only, so go.mod is the single
 # place a version bump happens.
 k8s_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {sub(/^v/, "", $3); print $3}' \
@@ -13,6 +14,7 @@ k8s_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {sub(/^v/, "", $
 etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {sub(/^v/, "", $3); print $3}' \
     "$_cluster_lib_dir/go/etcd/go.mod")
 [[ -n "$k8s_version" && -n "$etcd_version" ]] || die "cannot read the pinned versions from tests/cluster/go/*/go.mod"
+# shellcheck disable=SC2034
 k8s_minor=${k8s_version%.*}
 
 cluster_cache_dir() {

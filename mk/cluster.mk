@@ -1,0 +1,25 @@
+# Cluster roles (device_plugin, gpu_tenancy) and their real Kubernetes control
+# plane, built from Go modules into a per-version cache (tests/cluster/).
+#   make cluster-build   build or find the binaries (cold: ~11 min on 2 cores, then cached)
+#   make cluster-units   render the roles' manifests offline and validate them (no cluster)
+#   make cluster-test    Molecule scenario "cluster" on a freshly started control plane
+#   make cluster-up / cluster-down   a cluster to poke at: source .state/cluster/env
+# GPUFLEET_CLUSTER_BIN_DIR=<dir> uses prebuilt binaries, GPUFLEET_CLUSTER_CACHE moves the cache.
+CLUSTER_ENV := $(ANSIBLE_ENV) GPUFLEET_CLUSTER_PYTHON=$(CURDIR)/$(PY)
+
+.PHONY: cluster-build cluster-units cluster-test cluster-up cluster-down
+
+cluster-build: bootstrap
+	nice -n 10 tests/cluster/build.sh
+
+cluster-units: bootstrap
+	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) -m pytest -q tests/unit/roles/test_cluster_manifests.py
+
+cluster-test: bootstrap cluster-build
+	$(CLUSTER_ENV) $(BIN)/molecule test -s cluster
+
+cluster-up: bootstrap cluster-build
+	$(CLUSTER_ENV) tests/cluster/cluster.sh start
+
+cluster-down:
+	tests/cluster/cluster.sh stop
