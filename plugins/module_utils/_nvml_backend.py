@@ -198,11 +198,26 @@ class NvmlBackend(object):
         return profiles, unsupported
 
     def _gi_placements(self, index, handle, profile_id):
-        array = (pynvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+        return self._placements(index, pynvml.nvmlDeviceGetGpuInstancePossiblePlacements, pynvml.c_nvmlGpuInstancePlacement_t,
+                                handle, profile_id)
+
+    def _ci_placements(self, index, gi_handle, profile_id):
+        return self._placements(index, pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements,
+                                pynvml.c_nvmlComputeInstancePlacement_t, gi_handle, profile_id)
+
+    def _placements(self, index, function, struct, handle, profile_id):
+        array = (struct * _MAX_PLACEMENTS)()
         count = ctypes.c_uint(_MAX_PLACEMENTS)
-        self._call(index, 'read placements of profile %d' % profile_id, pynvml.nvmlDeviceGetGpuInstancePossiblePlacements,
-                   handle, profile_id, array, ctypes.byref(count))
+        self._call(index, 'read placements of profile %d' % profile_id, function, handle, profile_id, array, ctypes.byref(count))
         return [{'start': array[i].start, 'size': array[i].size} for i in range(count.value)]
+
+    @staticmethod
+    def _placement(struct, placements, start):
+        """The placement struct for ``start``, sized as NVML reports it (size 0 if NVML lists no such start)."""
+        placement = struct()
+        placement.start = start
+        placement.size = next((p['size'] for p in placements if p['start'] == start), 0)
+        return placement
 
     def _gi_handle(self, index, handle, gi_id):
         return self._call(index, 'get GPU instance %d' % gi_id, pynvml.nvmlDeviceGetGpuInstanceById, handle, gi_id)
@@ -219,17 +234,13 @@ class NvmlBackend(object):
                     continue
                 raise BackendError('GPU %d: read compute profile %d of GPU instance %d failed: %s'
                                    % (index, enum, gi_id, _nvml_error_name(exc)))
-            array = (pynvml.c_nvmlComputeInstancePlacement_t * _MAX_PLACEMENTS)()
-            count = ctypes.c_uint(_MAX_PLACEMENTS)
-            self._call(index, 'read compute placements', pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements,
-                       gi_handle, info.id, array, ctypes.byref(count))
             name = _short_profile_name(info.name) or compute_name(info.sliceCount, gi_name)
             profiles.append({
                 'name': name,
                 'id': info.id,
                 'compute_slices': info.sliceCount,
                 'max_count': info.instanceCount,
-                'placements': [{'start': array[i].start, 'size': array[i].size} for i in range(count.value)],
+                'placements': self._ci_placements(index, gi_handle, info.id),
             })
         return profiles
 
@@ -326,32 +337,14 @@ class NvmlBackend(object):
 
     def create_gpu_instance(self, index, profile_id, start):
         handle = self._handle(index)
-        placement = pynvml.c_nvmlGpuInstancePlacement_t()
-        placement.start = start
-        placement.size = 0
-        array = (pynvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
-        count = ctypes.c_uint(_MAX_PLACEMENTS)
-        self._call(index, 'read placements', pynvml.nvmlDeviceGetGpuInstancePossiblePlacements, handle, profile_id, array,
-                   ctypes.byref(count))
-        for position in range(count.value):
-            if array[position].start == start:
-                placement.size = array[position].size
+        placement = self._placement(pynvml.c_nvmlGpuInstancePlacement_t, self._gi_placements(index, handle, profile_id), start)
         gi = self._call(index, 'create GPU instance (profile id %d at slice %d)' % (profile_id, start),
                         pynvml.nvmlDeviceCreateGpuInstanceWithPlacement, handle, profile_id, ctypes.byref(placement))
         return self._call(index, 'read GPU instance', pynvml.nvmlGpuInstanceGetInfo, gi).id
 
     def create_compute_instance(self, index, gi_id, profile_id, start):
         gi_handle = self._gi_handle(index, self._handle(index), gi_id)
-        placement = pynvml.c_nvmlComputeInstancePlacement_t()
-        placement.start = start
-        placement.size = 0
-        array = (pynvml.c_nvmlComputeInstancePlacement_t * _MAX_PLACEMENTS)()
-        count = ctypes.c_uint(_MAX_PLACEMENTS)
-        self._call(index, 'read compute placements', pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements, gi_handle,
-                   profile_id, array, ctypes.byref(count))
-        for position in range(count.value):
-            if array[position].start == start:
-                placement.size = array[position].size
+        placement = self._placement(pynvml.c_nvmlComputeInstancePlacement_t, self._ci_placements(index, gi_handle, profile_id), start)
         ci = self._call(index, 'create compute instance (profile id %d at slice %d in GPU instance %d)' % (profile_id, start, gi_id),
                         pynvml.nvmlGpuInstanceCreateComputeInstanceWithPlacement, gi_handle, profile_id, ctypes.byref(placement))
         return self._call(index, 'read compute instance', pynvml.nvmlComputeInstanceGetInfo, ci).id
