@@ -35,6 +35,7 @@ $(COLLECTION_LINK):
 include $(wildcard mk/*.mk)
 
 # ---- tests -------------------------------------------------------------------------
+# (ansible-test units also runs tests/unit/roles, the cluster manifest tests.)
 # ansible-test must run from inside ansible_collections/<ns>/<name>: test a clean copy of
 # the tracked and new files there.
 TEST_COLLECTION := $(CURDIR)/build/test/ansible_collections/gpufleet/mig
@@ -62,7 +63,7 @@ units: test-copy
 integration: test-copy
 	$(ANSIBLE_TEST) integration --python 3.11 --requirements --color no --local
 
-test: lint sanity units integration molecule cluster-units cluster-test
+test: lint sanity units integration molecule cluster-test
 	@echo "make test: all suites passed"
 
 benchmark: bootstrap
