@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import fcntl
 import hashlib
 import json
 import os
@@ -21,10 +22,9 @@ import shutil
 import subprocess
 import sys
 
+import kubernetes_validate
 import pytest
 import yaml
-
-kubernetes_validate = pytest.importorskip('kubernetes_validate')
 
 K8S_VERSION = '1.34.0'
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
@@ -128,8 +128,21 @@ def _play(name, roles, variables, out):
 
 @pytest.fixture(scope='module')
 def rendered(tmp_path_factory):
-    """Run every case once; return the output directory."""
-    base = tmp_path_factory.mktemp('cluster-manifests')
+    """Run every case once per test session, shared by pytest-xdist workers; return the output directory."""
+    session_dir = tmp_path_factory.getbasetemp()
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        session_dir = session_dir.parent  # the workers' common per-session directory
+    base = session_dir / 'cluster-manifests'
+    base.mkdir(exist_ok=True)
+    with open(str(base / '.lock'), 'w') as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        if not (base / 'rendered').exists():
+            _render(base)
+            (base / 'rendered').write_text('ok')
+    return str(base / 'out')
+
+
+def _render(base):
     out = str(base / 'out')
     # state=absent removes the roles' files and nothing else
     os.makedirs(os.path.join(out, 'absent'))
@@ -155,7 +168,6 @@ def rendered(tmp_path_factory):
     proc = subprocess.run([ansible_playbook, str(playbook)], env=env, cwd=str(base),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
     assert proc.returncode == 0, proc.stdout[-6000:]
-    return out
 
 
 def _objects(out, case, role):
