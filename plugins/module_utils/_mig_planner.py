@@ -374,7 +374,3 @@ def _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy):
         final = final.with_instance(catalog.get(spec.profile), start)
     return Plan(gpu.get('index'), layout_of(gpu), after, actions, analyze(catalog, final))
 
-
-def plan_clear(gpu):
-    """Plan that destroys every instance of a GPU (state=absent); busy ones are an error."""
-    return plan_gpu(gpu, {})

@@ -91,17 +91,8 @@ class MigProfile(object):
         return self.name
 
 
-def normalize_name(name):
-    """Canonical short name for a profile name as NVML or a user writes it."""
-    return MigProfile.parse(name).name
-
-
 def compute_instance_name(ci_slices, gpu_instance_name):
     """Name of a compute instance of ``ci_slices`` inside ``gpu_instance_name``."""
     gi = MigProfile.parse(gpu_instance_name)
     return MigProfile(ci_slices, gi.gpu_slices, gi.memory_gb, gi.media_extensions).name
 
-
-def kubernetes_resource_name(name):
-    """Resource the device plugin's mixed strategy advertises: ``nvidia.com/mig-1g.10gb.me``."""
-    return 'nvidia.com/mig-' + normalize_name(name).replace('+', '.')

@@ -20,7 +20,7 @@ import ctypes
 import os
 import traceback
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError, compute_instance_name
 
 try:
     import pynvml
@@ -234,7 +234,7 @@ class NvmlBackend(object):
                     continue
                 raise BackendError('GPU %d: read compute profile %d of GPU instance %d failed: %s'
                                    % (index, enum, gi_id, _nvml_error_name(exc)))
-            name = _short_profile_name(info.name) or compute_name(info.sliceCount, gi_name)
+            name = _short_profile_name(info.name) or compute_instance_name(info.sliceCount, gi_name)
             profiles.append({
                 'name': name,
                 'id': info.id,
@@ -285,7 +285,7 @@ class NvmlBackend(object):
                 ci_info = self._call(index, 'read compute instance', pynvml.nvmlComputeInstanceGetInfo, array[position])
                 result.append({
                     'id': ci_info.id,
-                    'profile': _short_profile_name(info.name) or compute_name(info.sliceCount, gi_name),
+                    'profile': _short_profile_name(info.name) or compute_instance_name(info.sliceCount, gi_name),
                     'profile_id': ci_info.profileId,
                     'placement': {'start': ci_info.placement.start, 'size': ci_info.placement.size},
                     'processes': processes.get((gi_id, ci_info.id), []),
@@ -363,11 +363,6 @@ class NvmlBackend(object):
         self._call(index, 'destroy GPU instance %d' % gi_id, pynvml.nvmlGpuInstanceDestroy, gi_handle)
 
 
-def compute_name(ci_slices, gi_name):
-    gi = MigProfile.parse(gi_name)
-    return MigProfile(ci_slices, gi.gpu_slices, gi.memory_gb, gi.media_extensions).name
-
-
 def derived_compute_profiles(gi_name, gi_compute_slices):
     """Compute instance profiles of a GPU instance profile that has no instance yet.
 
@@ -386,7 +381,7 @@ def derived_compute_profiles(gi_name, gi_compute_slices):
         step = 4 if size == 3 else size
         starts = [s for s in range(0, gi_compute_slices, step) if s + size <= gi_compute_slices]
         profiles.append({
-            'name': compute_name(size, gi_name),
+            'name': compute_instance_name(size, gi_name),
             'id': enum_by_size[size],
             'compute_slices': size,
             'max_count': len(starts),
