@@ -373,4 +373,3 @@ def _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy):
     for start, spec in created:
         final = final.with_instance(catalog.get(spec.profile), start)
     return Plan(gpu.get('index'), layout_of(gpu), after, actions, analyze(catalog, final))
-

@@ -95,4 +95,3 @@ def compute_instance_name(ci_slices, gpu_instance_name):
     """Name of a compute instance of ``ci_slices`` inside ``gpu_instance_name``."""
     gi = MigProfile.parse(gpu_instance_name)
     return MigProfile(ci_slices, gi.gpu_slices, gi.memory_gb, gi.media_extensions).name
-
