@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # Build (or find) the control-plane binaries for tests/cluster:
-# kube-apiserver, kube-controller-manager, kube-scheduler and etcd.
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd.
 #
-# Prints the directory holding the four binaries on stdout (the last line);
+# Prints the directory holding the five binaries on stdout (the last line);
 # everything else goes to stderr.
 #
 # Environment:
@@ -19,7 +19,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
-binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
 
 check_bins() {
     local dir=$1 b
@@ -81,11 +81,12 @@ rm -rf "$tmp"
 mkdir -p "$tmp"
 start=$SECONDS
 log "building Kubernetes v${k8s_version} control plane into $cache (first build downloads ~800 MB of modules)"
-# One go build for the three commands: their packages are compiled once.
+# One go build for the four commands: their shared packages are compiled once.
 (cd "$here/go/kubernetes" && "$go_cmd" build -trimpath -ldflags "$ldflags" -o "$tmp/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler)
+    k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubectl)
 log "building etcd v${etcd_version}"
 (cd "$here/go/etcd" && "$go_cmd" build -trimpath -ldflags "-s -w" -o "$tmp/etcd" .)
 echo "$stamp" >"$tmp/.stamp"

@@ -328,7 +328,7 @@ export KUBECONFIG=$state/kubeconfig
 export K8S_AUTH_KUBECONFIG=$state/kubeconfig
 EOF
     cat >"$state/cluster.json" <<EOF
-{"server": "$server", "ca_cert": "$state/pki/ca.crt", "token": "$t_admin", "kubeconfig": "$state/kubeconfig",
+{"server": "$server", "ca_cert": "$state/pki/ca.crt", "token": "$t_admin", "kubeconfig": "$state/kubeconfig", "kubectl": "$bin/kubectl",
  "version": "v$k8s_version", "nodes": [$(sed 's/.*/"&"/' "$state/nodes.txt" | paste -sd,)]}
 EOF
     trap - EXIT

@@ -5,6 +5,11 @@
   helper.py ports N                 print N distinct free loopback TCP ports
   helper.py nodes SPEC SERVER TOKEN CA
                                     create the fake nodes described in SPEC (JSON)
+  helper.py watch-node NODE SERVER TOKEN CA OUT TIMEOUT
+                                    append one JSON line to OUT per change of the node's MIG
+                                    labels, cordon or annotations, from a watch; exit 0 once
+                                    nvidia.com/mig.config.state went pending and then to success
+                                    or failed, 1 after TIMEOUT seconds
 
 A node in SPEC is {"name", "labels", "resources", "unschedulable"}: the Node is
 created WITH its status (the API server keeps status on create), as kwok does, so
@@ -95,11 +100,53 @@ def create_nodes(spec_file, server, token, ca_file):
         print(node["metadata"]["name"])
 
 
+MIG_STATE = "nvidia.com/mig.config.state"
+
+
+def node_view(node):
+    """What the mig_layout role changes on a node, in one comparable dict."""
+    labels = node["metadata"].get("labels", {})
+    return {
+        "state": labels.get(MIG_STATE),
+        "config": labels.get("nvidia.com/mig.config"),
+        "deploy": {k: v for k, v in labels.items() if k.startswith("nvidia.com/gpu.deploy.")},
+        "unschedulable": bool(node.get("spec", {}).get("unschedulable", False)),
+        "annotations": sorted(k for k in node["metadata"].get("annotations", {}) if k.startswith("gpufleet.mig/")),
+    }
+
+
+def watch_node(name, server, token, ca_file, out_file, timeout):
+    ctx = ssl.create_default_context(cafile=ca_file)
+    req = urllib.request.Request(
+        "%s/api/v1/nodes?watch=true&fieldSelector=metadata.name%%3D%s&timeoutSeconds=%d" % (server, name, int(timeout)),
+        headers={"Authorization": "Bearer " + token},
+    )
+    last = None
+    seen_pending = False
+    with urllib.request.urlopen(req, context=ctx, timeout=int(timeout) + 10) as resp, open(out_file, "a") as out:
+        # One JSON event per line; the first is the node as it is now (ADDED).
+        for line in resp:
+            event = json.loads(line)
+            if event.get("type") not in ("ADDED", "MODIFIED"):
+                continue
+            view = node_view(event["object"])
+            if view != last:
+                out.write(json.dumps(view, sort_keys=True) + "\n")
+                out.flush()
+                last = view
+            seen_pending = seen_pending or view["state"] == "pending"
+            if seen_pending and view["state"] in ("success", "failed"):
+                return
+    raise SystemExit("node %s: no pending -> success/failed within %ss" % (name, timeout))
+
+
 def main(argv):
     if len(argv) == 2 and argv[0] == "ports":
         print(" ".join(str(p) for p in free_ports(int(argv[1]))))
     elif len(argv) == 5 and argv[0] == "nodes":
         create_nodes(*argv[1:])
+    elif len(argv) == 7 and argv[0] == "watch-node":
+        watch_node(*argv[1:])
     else:
         raise SystemExit(__doc__)
 
