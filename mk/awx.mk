@@ -1,0 +1,32 @@
+# AWX / Automation Controller as code (playbooks/awx_configure.yml) and the execution
+# environment (execution-environment.yml); see docs/awx.md.
+#   make awx-test        tests/awx: schedule rules across DST, playbook syntax, mig_layout.yml run
+#                        through ansible-runner as AWX runs it, ansible-builder create (offline),
+#                        awx_configure.yml against a fake AWX API (2 pytest-xdist workers;
+#                        AWX_TEST_ARGS= runs them one after the other)
+#   make awx-configure   playbooks/awx_configure.yml on $CONTROLLER_HOST with $CONTROLLER_OAUTH_TOKEN
+#                        (AWX_CONFIGURE_ARGS="-e @my-awx.yml")
+#   make ee-context      collection tarball and EE build context under build/ee/ (offline)
+#   make ee-build        the EE image $(EE_IMAGE) with $(EE_RUNTIME) (needs the network)
+EE_DIR := build/ee
+EE_IMAGE ?= gpufleet-mig-ee:latest
+EE_RUNTIME ?= podman
+AWX_TEST_ARGS ?= -n 2
+AWX_CONFIGURE_ARGS ?=
+
+.PHONY: awx-test awx-configure ee-context ee-build
+
+awx-test: bootstrap
+	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider $(AWX_TEST_ARGS) tests/awx
+
+awx-configure: bootstrap
+	$(ANSIBLE_ENV) $(BIN)/ansible-playbook playbooks/awx_configure.yml $(AWX_CONFIGURE_ARGS)
+
+ee-context: bootstrap
+	rm -rf $(EE_DIR) && mkdir -p $(EE_DIR)
+	$(BIN)/ansible-galaxy collection build --output-path $(EE_DIR) .
+	$(BIN)/ansible-builder create -f execution-environment.yml -c $(EE_DIR)/context --output-filename Containerfile
+
+ee-build: ee-context
+	$(BIN)/ansible-builder build -f execution-environment.yml -c $(EE_DIR)/context --output-filename Containerfile \
+		--container-runtime $(EE_RUNTIME) -t $(EE_IMAGE)
