@@ -16,7 +16,7 @@ PYTEST_ENV := PYTHONPATH=$(COLLECTIONS)
 
 help:
 	@echo "make demo   - run playbooks/site.yml on the built-in simulated fleet (no GPU needed)"
-	@echo "make test   - lint, ansible-test sanity, unit, module and Molecule tests"
+	@echo "make test   - lint, ansible-test sanity, unit, module, AWX, Molecule (default, fleet over SSH, cluster) tests"
 	@echo "make benchmark - print planner and module figures"
 
 bootstrap: $(VENV)/.bootstrapped $(COLLECTION_LINK)
@@ -63,7 +63,7 @@ units: test-copy
 integration: test-copy
 	$(ANSIBLE_TEST) integration --python 3.11 --requirements --color no --local
 
-test: lint sanity units integration molecule cluster-test
+test: lint sanity units integration molecule awx-test fleet-test cluster-test
 	@echo "make test: all suites passed"
 
 benchmark: bootstrap
