@@ -7,9 +7,11 @@
 """Thin NVML backend: reads MIG state into plain data and performs single mutations.
 
 Everything goes through the official ``pynvml`` bindings (package ``nvidia-ml-py``).
-When ``GPUFLEET_MIG_SIMULATOR`` names a state file, a simulated NVML library object is
-loaded into ``pynvml`` in place of ``libnvidia-ml.so.1``; every other line runs as on
-real GPUs. No Ansible imports: modules pass ``run_command`` in for the GPU reset.
+When ``GPUFLEET_MIG_SIMULATOR`` names a state file, the simulator package (a test double that
+lives outside the collection's plugins and is never shipped to a GPU host) is imported from the
+``PYTHONPATH`` the simulated inventories give, and its library object is loaded into ``pynvml``
+in place of ``libnvidia-ml.so.1``; every other line runs as on real GPUs. No Ansible imports:
+modules pass ``run_command`` in for the GPU reset.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ctypes
+import importlib
 import os
 import traceback
 
@@ -31,6 +34,7 @@ else:
     PYNVML_IMPORT_ERROR = None
 
 SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
+SIMULATOR_PACKAGE = 'gpufleet_nvml_sim'
 HOST_LOCK_PATH = '/run/lock/gpufleet-mig.lock'
 
 _ARCHITECTURES = {2: 'kepler', 3: 'maxwell', 4: 'pascal', 5: 'volta', 6: 'turing', 7: 'ampere', 8: 'ada',
@@ -46,6 +50,16 @@ class BackendError(Exception):
 def simulator_state_path():
     path = os.environ.get(SIMULATOR_ENV)
     return path or None
+
+
+def load_simulator(state_path):
+    """The simulator package, asked for by GPUFLEET_MIG_SIMULATOR; a clear error where it is not installed."""
+    try:
+        return importlib.import_module(SIMULATOR_PACKAGE)
+    except ImportError as exc:
+        raise BackendError('%s=%s asks for the NVML simulator, but its package %s cannot be imported (%s): put the '
+                           "gpufleet.mig repository's simulator/ folder on PYTHONPATH. A real GPU host must not set %s."
+                           % (SIMULATOR_ENV, state_path, SIMULATOR_PACKAGE, exc, SIMULATOR_ENV))
 
 
 def host_lock_path():
@@ -83,9 +97,8 @@ class NvmlBackend(object):
         self.state_path = simulator_state_path()
         self.simulated = self.state_path is not None
         if self.simulated:
-            from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_simulator
-            self._simulator = _nvml_simulator
-            _nvml_simulator.install(pynvml, self.state_path)
+            self._simulator = load_simulator(self.state_path)
+            self._simulator.install(pynvml, self.state_path)
         self._call(None, 'initialise NVML', pynvml.nvmlInit)
 
     def close(self):

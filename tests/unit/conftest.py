@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
+import sys
 
 import pytest
 
@@ -14,6 +16,11 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
+# The NVML simulator is a package of its own outside the collection's plugins (never shipped to
+# a GPU host); the tests put it on the path as the simulated inventories do with PYTHONPATH.
+SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'simulator')
+if SIMULATOR_DIR not in sys.path:
+    sys.path.insert(0, SIMULATOR_DIR)
 
 
 class ModuleExit(SystemExit):

@@ -9,7 +9,8 @@ __metaclass__ = type
 import json
 import os
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _boot_apply, _nvml_simulator
+from ansible_collections.gpufleet.mig.plugins.module_utils import _boot_apply
+from gpufleet_nvml_sim import library as _nvml_simulator
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE, write_atomically
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_models import MODELS
+from gpufleet_nvml_sim.models import MODELS
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
     LayoutConfigError,
     gpu_pods,

@@ -17,8 +17,8 @@ import textwrap
 import pynvml
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _gpu_models, _nvml_simulator
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_models import COMPUTE_PLACEMENTS, MODELS
+from gpufleet_nvml_sim import library as _nvml_simulator, models as _gpu_models
+from gpufleet_nvml_sim.models import COMPUTE_PLACEMENTS, MODELS
 
 MIG_MODELS = sorted(name for name, model in MODELS.items() if model['mig_capable'])
 AMPERE = [name for name in MIG_MODELS if not _gpu_models.mode_applies_immediately(MODELS[name])]
@@ -118,7 +118,7 @@ def run_python(path, code):
     script = textwrap.dedent('''
         import ctypes, json, sys
         import pynvml
-        from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_simulator
+        from gpufleet_nvml_sim import library as _nvml_simulator
         _nvml_simulator.install(pynvml, sys.argv[1])
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -648,7 +648,7 @@ def test_concurrent_processes_see_one_consistent_host(tmp_path):
     script = textwrap.dedent('''
         import ctypes, sys
         import pynvml
-        from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_simulator
+        from gpufleet_nvml_sim import library as _nvml_simulator
         _nvml_simulator.install(pynvml, sys.argv[1])
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)

@@ -34,7 +34,7 @@ import os
 import re
 import tempfile
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_models import (
+from gpufleet_nvml_sim.models import (
     CI_ENUM_BY_SLICES,
     CI_PROFILE_COUNT,
     GI_PROFILE_COUNT,
