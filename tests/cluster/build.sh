@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
-# Build (or find) the control-plane binaries for tests/cluster:
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd.
+# Build (or find) the Kubernetes binaries for tests/cluster: the control plane
+# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd), kubectl, and
+# the kubelet of the real test node (node.sh).
 #
-# Prints the directory holding the five binaries on stdout (the last line);
+# Prints the directory holding the six binaries on stdout (the last line);
 # everything else goes to stderr.
 #
 # Environment:
@@ -19,19 +20,21 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd)
 
 check_bins() {
     local dir=$1 b
     for b in "${binaries[@]}"; do
         [[ -x "$dir/$b" ]] || die "$dir/$b is missing or not executable"
     done
-    # A prebuilt or stale kube-apiserver of another minor would make the
-    # tests prove something about a version the collection does not target.
+    # A prebuilt or stale binary of another minor would make the tests prove
+    # something about a version the collection does not target.
     local got
-    got=$("$dir/kube-apiserver" --version 2>/dev/null | awk '{print $2}')
-    [[ "$got" == "v${k8s_minor}."* ]] \
-        || die "$dir/kube-apiserver reports version '${got:-?}', expected v${k8s_minor}.x"
+    for b in kube-apiserver kubelet; do
+        got=$("$dir/$b" --version 2>/dev/null | awk '{print $2}')
+        [[ "$got" == "v${k8s_minor}."* ]] \
+            || die "$dir/$b reports version '${got:-?}', expected v${k8s_minor}.x"
+    done
 }
 
 if [[ -n "${GPUFLEET_CLUSTER_BIN_DIR:-}" ]]; then
@@ -80,13 +83,14 @@ tmp="$cache/bin.tmp"
 rm -rf "$tmp"
 mkdir -p "$tmp"
 start=$SECONDS
-log "building Kubernetes v${k8s_version} control plane into $cache (first build downloads ~800 MB of modules)"
-# One go build for the four commands: their shared packages are compiled once.
+log "building Kubernetes v${k8s_version} control plane and kubelet into $cache (first build downloads ~800 MB of modules)"
+# One go build for the five commands: their shared packages are compiled once.
 (cd "$here/go/kubernetes" && "$go_cmd" build -trimpath -ldflags "$ldflags" -o "$tmp/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kubectl)
+    k8s.io/kubernetes/cmd/kubectl \
+    k8s.io/kubernetes/cmd/kubelet)
 log "building etcd v${etcd_version}"
 (cd "$here/go/etcd" && "$go_cmd" build -trimpath -ldflags "-s -w" -o "$tmp/etcd" .)
 echo "$stamp" >"$tmp/.stamp"

@@ -2,7 +2,8 @@
 # shellcheck source-path=SCRIPTDIR
 # A real Kubernetes control plane on loopback for the cluster tests:
 # etcd, kube-apiserver (RBAC + token auth), kube-controller-manager and
-# kube-scheduler, plus fake GPU nodes. No kubelet, no containers.
+# kube-scheduler, plus fake GPU nodes. No kubelet here: node.sh adds a real node
+# (containerd + kubelet) to a running cluster; stop stops that node first.
 #
 #   cluster.sh start          build (cached) and start; writes STATE/env, STATE/kubeconfig,
 #                             STATE/cluster.json; fails if STATE already has a running cluster
@@ -123,6 +124,7 @@ supervise() {
         --authorization-mode RBAC --anonymous-auth=false --token-auth-file "$state/tokens.csv" \
         --allow-privileged=true --endpoint-reconciler-type none \
         --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
+        --kubelet-preferred-address-types InternalIP \
         --enable-admission-plugins ResourceQuota,Priority \
         --enable-priority-and-fairness=false --profiling=false
     wait_for 120 "kube-apiserver /readyz" "${pids[1]}" api_get /readyz || exit 1
@@ -270,6 +272,10 @@ cmd_start() {
 
     local bin
     bin=$("$here/build.sh" | tail -n 1)
+    # A node of an earlier run (node.sh) lives in STATE/node: stop it before wiping STATE.
+    if [[ -f "$state/node/owner" ]]; then
+        GPUFLEET_CLUSTER_STATE_DIR=$state "$here/node.sh" stop
+    fi
     # From here on anything that fails stops what was started.
     trap cmd_stop EXIT
 
@@ -278,17 +284,22 @@ cmd_start() {
     touch "$state/$marker"
     echo "$bin" >"$state/bin_dir"
     make_pki
-    local t_admin t_kcm t_sched
+    local t_admin t_kcm t_sched t_kubelet
     t_admin=$(openssl rand -hex 24) t_kcm=$(openssl rand -hex 24) t_sched=$(openssl rand -hex 24)
+    t_kubelet=$(openssl rand -hex 24)
     (
         umask 077
         # The controller manager runs as system:masters: its per-controller
         # service-account credentials would need the token controller, which
         # this cluster leaves out. The scheduler keeps its bootstrap RBAC role.
+        # The kubelet of node.sh too: RBAC alone (no Node authorizer) would leave a
+        # system:nodes member without the rights a kubelet needs.
         printf '%s\n' "$t_admin,gpufleet-admin,uid-admin,\"system:masters\"" \
             "$t_kcm,system:kube-controller-manager,uid-kcm,\"system:masters\"" \
-            "$t_sched,system:kube-scheduler,uid-sched" >"$state/tokens.csv"
+            "$t_sched,system:kube-scheduler,uid-sched" \
+            "$t_kubelet,gpufleet-kubelet,uid-kubelet,\"system:masters\"" >"$state/tokens.csv"
         echo "$t_admin" >"$state/admin.token"
+        echo "$t_kubelet" >"$state/kubelet.token"
         echo "$t_kcm" >"$state/kcm.token"
         echo "$t_sched" >"$state/scheduler.token"
     )
@@ -337,6 +348,10 @@ EOF
 }
 
 cmd_stop() {
+    # The node of node.sh first, while the API server can still take its Node object away.
+    if [[ -f "$state/node/owner" ]]; then
+        GPUFLEET_CLUSTER_STATE_DIR=$state "$here/node.sh" stop || log "stopping the node of $state failed"
+    fi
     if ! [[ -f "$state/supervisor.pid" ]]; then
         log "nothing to stop in $state"
         return 0

@@ -1,0 +1,461 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""Which pod holds which device, read on the Kubernetes node itself.
+
+Two sources, both local to the GPU host and neither needing the API server:
+
+- the kubelet's pod-resources API v1 (gRPC over the unix socket
+  ``/var/lib/kubelet/pod-resources/kubelet.sock``): ``List`` tells which container of which pod
+  was given which device ids of which extended resource, ``GetAllocatableResources`` which
+  device ids each resource has on the node;
+- ``/proc/<pid>/cgroup``: the kubepods cgroup of a process names its pod's UID and its container.
+
+The device ids are whatever the device plugin advertised; this module does not interpret them.
+NVIDIA's k8s-device-plugin gives MIG devices as ``MIG-<uuid>`` (``deviceIDStrategy: uuid``, the
+default) or as ``<gpu index>:<mig device index>`` (``deviceIDStrategy: index``), and whole GPUs as
+``GPU-<uuid>`` or ``<gpu index>``.
+
+gRPC comes from ``grpcio`` when it is importable. The messages are encoded and decoded here, with
+a minimal protobuf wire codec (varints and length-delimited fields, the field numbers of the
+kubelet's ``podresources/v1/api.proto``): no generated code and no ``protobuf`` package needed.
+Nothing here imports Ansible.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import os
+import re
+import stat
+
+DEFAULT_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock'
+
+# Full method names: package "v1", service "PodResourcesLister".
+LIST_METHOD = '/v1.PodResourcesLister/List'
+ALLOCATABLE_METHOD = '/v1.PodResourcesLister/GetAllocatableResources'
+
+# The kubelet's own clients allow 16 MiB answers; gRPC's default of 4 MiB is too small for a
+# List on a node with many pods.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+# Protobuf wire types.
+WIRE_VARINT = 0
+WIRE_FIXED64 = 1
+WIRE_LENGTH_DELIMITED = 2
+WIRE_FIXED32 = 5
+
+_UINT64_MASK = (1 << 64) - 1
+
+
+class PodResourcesUnavailable(Exception):
+    """The kubelet's pod-resources API cannot be read; the message says what is missing and what to do."""
+
+
+class ProtobufError(ValueError):
+    """Bytes that are not a well-formed protobuf message."""
+
+
+# ---- protobuf wire format -------------------------------------------------------------------
+
+def encode_varint(value):
+    """Base-128 varint of an int; a negative one is its 64-bit two's complement (int64 semantics)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError('varint value must be an int, got %r' % (value,))
+    if value < 0:
+        value &= _UINT64_MASK
+    if value > _UINT64_MASK:
+        raise ValueError('varint value %d does not fit in 64 bits' % value)
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def decode_varint(data, pos=0):
+    """(value, position after it) of the varint at ``pos``; the value is unsigned (uint64)."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(data):
+            raise ProtobufError('truncated varint at byte %d' % pos)
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if result > _UINT64_MASK:
+                raise ProtobufError('varint ending at byte %d is longer than 64 bits' % pos)
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise ProtobufError('varint at byte %d is longer than 10 bytes' % pos)
+
+
+def as_int64(value):
+    """A decoded uint64 varint read as a signed int64 field."""
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def encode_message(fields):
+    """Serialize ``fields``, an iterable of ``(field number, value)`` pairs, in that order.
+
+    A value is an int or bool (varint), a str (UTF-8, length-delimited), bytes (length-delimited:
+    pass a nested message as the bytes of its own ``encode_message``) or a list or tuple of those
+    (a repeated field, one entry per element). Every pair is written, zero values included; a
+    proto3 reader takes them as it takes absent ones.
+    """
+    out = bytearray()
+    for number, value in fields:
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= (1 << 29) - 1:
+            raise ValueError('invalid protobuf field number %r' % (number,))
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if isinstance(item, bool):
+                item = int(item)
+            if isinstance(item, int):
+                out += encode_varint(number << 3 | WIRE_VARINT)
+                out += encode_varint(item)
+                continue
+            if isinstance(item, str):
+                item = item.encode('utf-8')
+            if not isinstance(item, (bytes, bytearray)):
+                raise TypeError('field %d: cannot encode %r' % (number, item))
+            out += encode_varint(number << 3 | WIRE_LENGTH_DELIMITED)
+            out += encode_varint(len(item))
+            out += item
+    return bytes(out)
+
+
+def decode_message(data):
+    """Parse one message into ``{field number: [values in wire order]}``.
+
+    Varints come back as unsigned ints, length-delimited fields as bytes (a string, a nested
+    message or a packed repeated field: the schema decides, the caller knows it), fixed32 and
+    fixed64 fields as their raw 4 or 8 bytes. Groups (wire types 3, 4) are rejected.
+    """
+    data = bytes(data)
+    fields = {}
+    pos = 0
+    while pos < len(data):
+        key, pos = decode_varint(data, pos)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise ProtobufError('field number 0 at byte %d' % pos)
+        if wire_type == WIRE_VARINT:
+            value, pos = decode_varint(data, pos)
+        elif wire_type == WIRE_LENGTH_DELIMITED:
+            length, pos = decode_varint(data, pos)
+            if pos + length > len(data):
+                raise ProtobufError('field %d: %d bytes announced, %d left' % (number, length, len(data) - pos))
+            value, pos = data[pos:pos + length], pos + length
+        elif wire_type in (WIRE_FIXED64, WIRE_FIXED32):
+            size = 8 if wire_type == WIRE_FIXED64 else 4
+            if pos + size > len(data):
+                raise ProtobufError('field %d: truncated fixed%d value' % (number, size * 8))
+            value, pos = data[pos:pos + size], pos + size
+        else:
+            raise ProtobufError('field %d: unsupported wire type %d' % (number, wire_type))
+        fields.setdefault(number, []).append(value)
+    return fields
+
+
+def field_strings(fields, number):
+    """Every value of a (repeated) string field, decoded."""
+    try:
+        return [bytes(value).decode('utf-8') for value in fields.get(number, [])]
+    except (TypeError, UnicodeDecodeError) as exc:
+        raise ProtobufError('field %d is not a UTF-8 string: %s' % (number, exc))
+
+
+def field_string(fields, number):
+    """A singular string field; proto3's last-one-wins, '' when absent."""
+    values = field_strings(fields, number)
+    return values[-1] if values else ''
+
+
+def field_messages(fields, number):
+    """Every value of a (repeated) message field, each parsed with decode_message."""
+    values = fields.get(number, [])
+    if any(not isinstance(value, bytes) for value in values):
+        raise ProtobufError('field %d is not a message' % number)
+    return [decode_message(value) for value in values]
+
+
+def field_int(fields, number):
+    """A singular varint field (the last one wins, 0 when absent)."""
+    values = fields.get(number, [])
+    if any(not isinstance(value, int) for value in values):
+        raise ProtobufError('field %d is not a varint' % number)
+    return values[-1] if values else 0
+
+
+def field_bool(fields, number):
+    """A singular bool field."""
+    return bool(field_int(fields, number))
+
+
+# ---- pod-resources v1 messages ----------------------------------------------------------------
+# ListPodResourcesResponse   {repeated PodResources pod_resources = 1}
+# PodResources               {string name = 1; string namespace = 2; repeated ContainerResources containers = 3}
+# ContainerResources         {string name = 1; repeated ContainerDevices devices = 2; cpu_ids = 3; memory = 4; ...}
+# ContainerDevices           {string resource_name = 1; repeated string device_ids = 2; TopologyInfo topology = 3}
+# AllocatableResourcesResponse {repeated ContainerDevices devices = 1; cpu_ids = 2; memory = 3}
+
+def _merge(groups, key, device_ids):
+    known = groups.setdefault(key, [])
+    known.extend(device_id for device_id in device_ids if device_id not in known)
+
+
+def parse_list_response(data):
+    """Device allocations of a ListPodResourcesResponse, one entry per container and resource.
+
+    The kubelet sends one ContainerDevices per device (each with its own NUMA topology); entries
+    of the same container and resource are merged, in the kubelet's order.
+    """
+    groups = {}
+    for pod in field_messages(decode_message(data), 1):
+        namespace, name = field_string(pod, 2), field_string(pod, 1)
+        for container in field_messages(pod, 3):
+            container_name = field_string(container, 1)
+            for devices in field_messages(container, 2):
+                key = (namespace, name, container_name, field_string(devices, 1))
+                _merge(groups, key, field_strings(devices, 2))
+    return [{'namespace': key[0], 'pod': key[1], 'container': key[2], 'resource': key[3], 'device_ids': ids}
+            for key, ids in groups.items()]
+
+
+def parse_allocatable_response(data):
+    """``{resource: [device ids]}`` of an AllocatableResourcesResponse (cpu and memory left out)."""
+    groups = {}
+    for devices in field_messages(decode_message(data), 1):
+        _merge(groups, field_string(devices, 1), field_strings(devices, 2))
+    return groups
+
+
+def encode_container_devices(resource, device_ids):
+    """A ContainerDevices message (for servers and tests speaking the same API)."""
+    return encode_message([(1, resource), (2, list(device_ids))])
+
+
+def encode_list_response(allocations):
+    """A ListPodResourcesResponse from ``[{'namespace', 'pod', 'containers': [{'name', 'devices':
+    {resource: [device ids]}}]}]``: the inverse of parse_list_response, for test servers."""
+    pods = []
+    for pod in allocations:
+        containers = []
+        for container in pod.get('containers', []):
+            devices = [encode_container_devices(resource, ids)
+                       for resource, ids in sorted(container.get('devices', {}).items())]
+            containers.append(encode_message([(1, container['name']), (2, devices)]))
+        pods.append(encode_message([(1, pod['pod']), (2, pod['namespace']), (3, containers)]))
+    return encode_message([(1, pods)])
+
+
+def encode_allocatable_response(devices):
+    """An AllocatableResourcesResponse from ``{resource: [device ids]}``."""
+    return encode_message([(1, [encode_container_devices(resource, ids) for resource, ids in sorted(devices.items())])])
+
+
+# ---- the gRPC client ---------------------------------------------------------------------------
+
+def _import_grpc():
+    try:
+        import grpc
+    except ImportError as exc:
+        raise PodResourcesUnavailable(
+            'reading the kubelet pod-resources API needs the Python package grpcio, which cannot be imported '
+            '(%s): install it for the Python interpreter that runs this (pip install grpcio, or the '
+            'distribution package python3-grpcio)' % exc)
+    return grpc
+
+
+def _check_socket(socket_path):
+    """A clear error for the usual reasons a connect would fail, before gRPC turns them into UNAVAILABLE."""
+    try:
+        mode = os.stat(socket_path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise PodResourcesUnavailable(
+                'no kubelet pod-resources socket at %s: is the kubelet running on this host, and is this the '
+                "socket under its --root-dir (default /var/lib/kubelet)? The pod-resources API is on by default "
+                'since Kubernetes 1.20' % socket_path)
+        if exc.errno == errno.EACCES:
+            raise PodResourcesUnavailable(
+                'permission denied reaching the kubelet pod-resources socket %s: run as root (the kubelet makes '
+                'its folder readable by root only)' % socket_path)
+        raise PodResourcesUnavailable('cannot read the kubelet pod-resources socket %s: %s' % (socket_path, exc))
+    if not stat.S_ISSOCK(mode):
+        raise PodResourcesUnavailable('%s is not a unix socket; expected the kubelet pod-resources socket'
+                                      % socket_path)
+    if not os.access(socket_path, os.R_OK | os.W_OK):
+        raise PodResourcesUnavailable(
+            'permission denied on the kubelet pod-resources socket %s: run as root or as a user who may '
+            'read and write it' % socket_path)
+
+
+def _call(socket_path, method, timeout):
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise ValueError('timeout must be a positive number of seconds, got %r' % (timeout,))
+    grpc = _import_grpc()
+    _check_socket(socket_path)
+    target = 'unix://' + os.path.abspath(socket_path)
+    channel = grpc.insecure_channel(target, options=[
+        ('grpc.max_receive_message_length', MAX_MESSAGE_BYTES),
+        # Never a proxy for a local socket, whatever the environment says.
+        ('grpc.enable_http_proxy', 0),
+    ])
+    try:
+        # No serializers: the request and the answer travel as the bytes of this module's codec.
+        rpc = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        try:
+            return rpc(b'', timeout=timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, 'code') else None
+            details = exc.details() if hasattr(exc, 'details') else str(exc)
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise PodResourcesUnavailable('the kubelet did not answer %s on %s within %ss'
+                                              % (method, socket_path, timeout))
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                raise PodResourcesUnavailable(
+                    'the kubelet on %s does not implement %s (%s): GetAllocatableResources needs Kubernetes '
+                    '1.23 or later (before 1.28 behind the KubeletPodResourcesGetAllocatable feature gate)'
+                    % (socket_path, method, details))
+            if code == grpc.StatusCode.UNAVAILABLE:
+                raise PodResourcesUnavailable(
+                    'nothing answers on the kubelet pod-resources socket %s (%s): is the kubelet running?'
+                    % (socket_path, details))
+            raise PodResourcesUnavailable('%s on %s failed: %s %s'
+                                          % (method, socket_path, getattr(code, 'name', code), details))
+    finally:
+        channel.close()
+
+
+def _parse(what, parser, data, socket_path):
+    try:
+        return parser(data)
+    except ProtobufError as exc:
+        raise PodResourcesUnavailable('the answer to %s on %s is not a valid pod-resources message: %s'
+                                      % (what, socket_path, exc))
+
+
+def list_pod_devices(socket_path=DEFAULT_SOCKET, timeout=5.0):
+    """Every device allocation of the node's running containers, from the kubelet's ``List``.
+
+    Returns ``[{'namespace': str, 'pod': str, 'container': str, 'resource': str, 'device_ids':
+    [str, ...]}]``, one entry per container and extended resource that has devices (cpu and memory
+    assignments are left out). Pods without devices do not appear. Raises PodResourcesUnavailable.
+    """
+    return _parse('List', parse_list_response, _call(socket_path, LIST_METHOD, timeout), socket_path)
+
+
+def allocatable_devices(socket_path=DEFAULT_SOCKET, timeout=5.0):
+    """``{resource: [device ids]}`` of every device the node's device plugins advertise (healthy or
+    not), from the kubelet's ``GetAllocatableResources``. Raises PodResourcesUnavailable."""
+    return _parse('GetAllocatableResources', parse_allocatable_response,
+                  _call(socket_path, ALLOCATABLE_METHOD, timeout), socket_path)
+
+
+# ---- processes to pods -------------------------------------------------------------------------
+
+# cgroupfs driver: .../kubepods[/burstable|/besteffort]/pod<uid>/<container id>
+_CGROUPFS_POD = re.compile(r'^pod([0-9a-f][0-9a-f-]*)$')
+# systemd driver: .../kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid, _ for ->.slice/<runtime>-<id>.scope
+_SYSTEMD_QOS = re.compile(r'^kubepods-(?:burstable|besteffort)\.slice$')
+_SYSTEMD_POD = re.compile(r'^kubepods(?:-(burstable|besteffort))?-pod([0-9a-f][0-9a-f_]*)\.slice$')
+# A container's cgroup: the bare id (containerd or docker with cgroupfs) or the runtime's scope.
+_CONTAINER = re.compile(r'^(?:(?:cri-containerd|crio|docker|containerd)-)?([0-9a-f]{12,64})(?:\.scope)?$')
+_QOS_CLASSES = ('burstable', 'besteffort')
+
+
+def _pod(uid, qos, below):
+    container = None
+    if below:
+        match = _CONTAINER.match(below[0])
+        container = match.group(1) if match else None
+    return {'pod_uid': uid, 'container_id': container, 'qos': qos}
+
+
+def _cgroupfs_pod(below_kubepods):
+    rest, qos = below_kubepods, 'guaranteed'
+    if rest and rest[0] in _QOS_CLASSES:
+        rest, qos = rest[1:], rest[0]
+    match = _CGROUPFS_POD.match(rest[0]) if rest else None
+    return _pod(match.group(1), qos, rest[1:]) if match else None
+
+
+def _systemd_pod(below_kubepods):
+    rest = below_kubepods
+    if rest and _SYSTEMD_QOS.match(rest[0]):
+        rest = rest[1:]
+    match = _SYSTEMD_POD.match(rest[0]) if rest else None
+    if not match:
+        return None
+    return _pod(match.group(2).replace('_', '-'), match.group(1) or 'guaranteed', rest[1:])
+
+
+def pod_of_cgroup_path(path):
+    """``{'pod_uid', 'container_id', 'qos'}`` for a cgroup path inside kubepods, else None.
+
+    ``container_id`` is None for a process of the pod's own cgroup (or a runtime helper such as
+    CRI-O's conmon); ``qos`` is 'guaranteed', 'burstable' or 'besteffort'. The kubepods cgroup may
+    sit below other cgroups (a kubelet with --cgroup-root, a node inside a container).
+    """
+    segments = [segment for segment in path.split('/') if segment]
+    for index, segment in enumerate(segments):
+        parse = {'kubepods': _cgroupfs_pod, 'kubepods.slice': _systemd_pod}.get(segment)
+        pod = parse(segments[index + 1:]) if parse else None
+        if pod is not None:
+            return pod
+    return None
+
+
+def _read_cgroup_file(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (IOError, OSError) as exc:
+        # The process ended (or never was): not in a pod, as far as anyone can tell now.
+        if exc.errno in (errno.ENOENT, errno.ESRCH):
+            return None
+        raise
+
+
+def pods_of_pids(pids, proc_root='/proc'):
+    """``{pid: {'pod_uid', 'container_id', 'qos'}}`` for the processes among ``pids`` that run in a pod.
+
+    Reads ``<proc_root>/<pid>/cgroup`` (cgroup v1: one line per hierarchy, the first inside
+    kubepods wins, one naming a container preferred; v2: the single ``0::`` line). Processes that
+    are not in a kubepods cgroup, and processes that no longer exist, are left out. A pid that is
+    not a positive int is a ValueError; an unreadable cgroup file (other than vanished) an
+    OSError.
+    """
+    if not os.path.isdir(proc_root):
+        raise PodResourcesUnavailable('no proc filesystem at %s' % proc_root)
+    found = {}
+    for pid in pids:
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            raise ValueError('pid must be a positive int, got %r' % (pid,))
+        text = _read_cgroup_file(os.path.join(proc_root, str(pid), 'cgroup'))
+        if text is None:
+            continue
+        best = None
+        for line in text.splitlines():
+            parts = line.split(':', 2)
+            if len(parts) != 3:
+                continue
+            pod = pod_of_cgroup_path(parts[2])
+            if pod is not None and (best is None or (best['container_id'] is None and pod['container_id'])):
+                best = pod
+        if best is not None:
+            found[pid] = best
+    return found

@@ -1,0 +1,441 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The pod-resources client: its protobuf codec, a real gRPC server on a unix socket, the error
+paths, and processes mapped to pods through fake /proc trees."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from ansible_collections.gpufleet.mig.plugins.module_utils import _pod_resources as pr
+
+MIG_A = 'MIG-4f8a6c2e-0b1d-5e7f-9a3c-1d2e3f4a5b6c'
+MIG_B = 'MIG-9e8d7c6b-5a4f-5e3d-8c2b-1a0f9e8d7c6b'
+MIG_C = 'MIG-0a1b2c3d-4e5f-5a6b-9c8d-7e6f5a4b3c2d'
+
+
+# ---- codec -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('value, wire', [
+    (0, b'\x00'),
+    (1, b'\x01'),
+    (127, b'\x7f'),
+    (128, b'\x80\x01'),
+    (300, b'\xac\x02'),
+    (2 ** 63 - 1, b'\xff\xff\xff\xff\xff\xff\xff\xff\x7f'),
+    (2 ** 64 - 1, b'\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01'),
+])
+def test_varint_known_encodings_round_trip(value, wire):
+    assert pr.encode_varint(value) == wire
+    assert pr.decode_varint(wire + b'rest') == (value, len(wire))
+
+
+def test_negative_varint_is_int64_twos_complement():
+    wire = pr.encode_varint(-1)
+    assert wire == b'\xff' * 9 + b'\x01'
+    value, end = pr.decode_varint(wire)
+    assert end == 10
+    assert pr.as_int64(value) == -1
+    assert pr.as_int64(pr.decode_varint(pr.encode_varint(-(2 ** 63)))[0]) == -(2 ** 63)
+
+
+@pytest.mark.parametrize('bad', [True, 1.5, '1', None])
+def test_varint_rejects_non_ints(bad):
+    with pytest.raises(TypeError, match='varint value must be an int'):
+        pr.encode_varint(bad)
+
+
+def test_varint_rejects_values_over_64_bits():
+    with pytest.raises(ValueError, match='does not fit in 64 bits'):
+        pr.encode_varint(2 ** 64)
+
+
+@pytest.mark.parametrize('wire, message', [
+    (b'', 'truncated varint at byte 0'),
+    (b'\x80\x80', 'truncated varint'),
+    (b'\xff' * 11, 'longer than 10 bytes'),
+    (b'\xff' * 9 + b'\x7f', 'longer than 64 bits'),
+])
+def test_varint_decoding_errors(wire, message):
+    with pytest.raises(pr.ProtobufError, match=message):
+        pr.decode_varint(wire)
+
+
+def test_message_bytes_match_the_protobuf_wire_format():
+    # ContainerDevices{resource_name: "a", device_ids: ["x", "yz"]}, as any protobuf library writes it.
+    assert pr.encode_container_devices('a', ['x', 'yz']) == b'\x0a\x01a\x12\x01x\x12\x02yz'
+    # Field 3 as a varint: key (3 << 3 | 0) = 0x18.
+    assert pr.encode_message([(3, 150)]) == b'\x18\x96\x01'
+    assert pr.encode_message([(1, True), (2, False)]) == b'\x08\x01\x10\x00'
+
+
+def test_message_round_trip_with_nesting_repetition_and_unicode():
+    inner = pr.encode_message([(1, 'nvidia.com/mig-1g.10gb'), (2, [MIG_A, MIG_B])])
+    outer = pr.encode_message([(1, 'pod-é'), (2, 7), (3, [inner, inner]), (4, b'\x00\xff'), (536870911, 'max')])
+    fields = pr.decode_message(outer)
+    assert pr.field_string(fields, 1) == 'pod-é'
+    assert pr.field_int(fields, 2) == 7
+    assert fields[4] == [b'\x00\xff']
+    assert pr.field_string(fields, 536870911) == 'max'
+    nested = pr.field_messages(fields, 3)
+    assert len(nested) == 2
+    assert all(pr.field_strings(n, 2) == [MIG_A, MIG_B] for n in nested)
+    assert pr.field_string(fields, 99) == '' and pr.field_int(fields, 99) == 0 and pr.field_messages(fields, 99) == []
+
+
+def test_decoding_keeps_fixed_width_fields_raw_and_the_last_singular_value_wins():
+    # field 1 fixed64, field 2 fixed32, field 3 twice as a varint.
+    data = b'\x09' + b'\x01' * 8 + b'\x15' + b'\x02' * 4 + b'\x18\x05\x18\x06'
+    fields = pr.decode_message(data)
+    assert fields[1] == [b'\x01' * 8]
+    assert fields[2] == [b'\x02' * 4]
+    assert pr.field_int(fields, 3) == 6
+    assert pr.field_bool(fields, 3) is True
+
+
+@pytest.mark.parametrize('data, message', [
+    (b'\x0a\x05abc', 'field 1: 5 bytes announced, 3 left'),
+    (b'\x09\x01\x02', 'truncated fixed64'),
+    (b'\x0b', 'unsupported wire type 3'),
+    (b'\x00\x01', 'field number 0'),
+    (b'\x08', 'truncated varint'),
+])
+def test_malformed_messages_are_rejected(data, message):
+    with pytest.raises(pr.ProtobufError, match=message):
+        pr.decode_message(data)
+
+
+def test_field_type_mismatches_are_reported():
+    fields = pr.decode_message(pr.encode_message([(1, 5), (2, b'\xff\xfe')]))
+    with pytest.raises(pr.ProtobufError, match='field 1 is not a message'):
+        pr.field_messages(fields, 1)
+    with pytest.raises(pr.ProtobufError, match='field 2 is not a UTF-8 string'):
+        pr.field_strings(fields, 2)
+    with pytest.raises(pr.ProtobufError, match='field 2 is not a varint'):
+        pr.field_int(fields, 2)
+
+
+@pytest.mark.parametrize('fields, error', [
+    ([(0, 1)], 'invalid protobuf field number 0'),
+    ([(2 ** 29, 1)], 'invalid protobuf field number'),
+    ([(1, 1.5)], 'field 1: cannot encode 1.5'),
+])
+def test_encoding_rejects_bad_fields(fields, error):
+    with pytest.raises((ValueError, TypeError), match=error):
+        pr.encode_message(fields)
+
+
+def _kubelet_style_list_response():
+    """A List answer shaped as the kubelet sends it: one ContainerDevices per device, each with its
+    NUMA topology, plus cpu ids (packed) and memory that the client must skip."""
+    topology = pr.encode_message([(1, [pr.encode_message([(1, 0)])])])
+
+    def device(resource, device_id):
+        return pr.encode_message([(1, resource), (2, [device_id]), (3, topology)])
+
+    memory = pr.encode_message([(1, 'memory'), (2, 1 << 30), (3, topology)])
+    packed_cpus = pr.encode_varint(2) + pr.encode_varint(3)
+    train = pr.encode_message([
+        (1, 'train'),
+        (2, [device('nvidia.com/mig-1g.10gb', MIG_A), device('nvidia.com/mig-1g.10gb', MIG_B),
+             device('nvidia.com/mig-3g.40gb', MIG_C)]),
+        (3, packed_cpus),
+        (4, memory),
+    ])
+    sidecar = pr.encode_message([(1, 'sidecar')])
+    pods = [
+        pr.encode_message([(1, 'trainer-0'), (2, 'ml'), (3, [train, sidecar])]),
+        pr.encode_message([(1, 'web'), (2, 'default'), (3, [pr.encode_message([(1, 'nginx'), (3, packed_cpus)])])]),
+    ]
+    return pr.encode_message([(1, pods)])
+
+
+def test_list_response_merges_per_device_entries_and_skips_cpu_and_memory():
+    assert pr.parse_list_response(_kubelet_style_list_response()) == [
+        {'namespace': 'ml', 'pod': 'trainer-0', 'container': 'train', 'resource': 'nvidia.com/mig-1g.10gb',
+         'device_ids': [MIG_A, MIG_B]},
+        {'namespace': 'ml', 'pod': 'trainer-0', 'container': 'train', 'resource': 'nvidia.com/mig-3g.40gb',
+         'device_ids': [MIG_C]},
+    ]
+
+
+def test_list_response_encoder_is_the_inverse_of_the_parser():
+    allocations = [{'namespace': 'ml', 'pod': 'p', 'containers': [
+        {'name': 'a', 'devices': {'nvidia.com/mig-1g.10gb': ['0:1', '0:2'], 'nvidia.com/gpu': ['GPU-1']}},
+        {'name': 'b', 'devices': {}}]}]
+    assert pr.parse_list_response(pr.encode_list_response(allocations)) == [
+        {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'resource': 'nvidia.com/gpu', 'device_ids': ['GPU-1']},
+        {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'resource': 'nvidia.com/mig-1g.10gb',
+         'device_ids': ['0:1', '0:2']},
+    ]
+    assert pr.parse_list_response(pr.encode_list_response([])) == []
+
+
+def test_allocatable_response_round_trip_and_merge():
+    devices = {'nvidia.com/mig-1g.10gb': [MIG_A, MIG_B], 'nvidia.com/mig-3g.40gb': [MIG_C]}
+    assert pr.parse_allocatable_response(pr.encode_allocatable_response(devices)) == devices
+    # One entry per device, as the kubelet sends them, plus cpu ids (field 2): merged, cpus ignored.
+    split = pr.encode_message([(1, [pr.encode_container_devices('r', ['1']), pr.encode_container_devices('r', ['2']),
+                                    pr.encode_container_devices('r', ['1'])]), (2, pr.encode_varint(4))])
+    assert pr.parse_allocatable_response(split) == {'r': ['1', '2']}
+
+
+# ---- a real gRPC server on a unix socket -------------------------------------------------------
+
+class FakeKubelet(object):
+    """A gRPC server speaking PodResourcesLister v1 on a unix socket, answering with the module's encoder."""
+
+    def __init__(self, directory, list_answer=b'', allocatable_answer=None, delay=0.0):
+        self.path = os.path.join(directory, 'kubelet.sock')
+        self.calls = []
+        self.list_answer = list_answer
+        self.allocatable_answer = allocatable_answer
+        self.delay = delay
+        handlers = {'List': grpc.unary_unary_rpc_method_handler(self._list)}
+        if allocatable_answer is not None:
+            handlers['GetAllocatableResources'] = grpc.unary_unary_rpc_method_handler(self._allocatable)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler('v1.PodResourcesLister', handlers),))
+        self.server.add_insecure_port('unix:' + self.path)
+        self.server.start()
+
+    def _list(self, request, context):
+        self.calls.append(('List', request))
+        time.sleep(self.delay)
+        return self.list_answer
+
+    def _allocatable(self, request, context):
+        self.calls.append(('GetAllocatableResources', request))
+        return self.allocatable_answer
+
+    def stop(self):
+        self.server.stop(None).wait()
+
+
+@pytest.fixture
+def socket_dir():
+    # Short: a unix socket path must fit in 108 bytes, which pytest's tmp_path may not.
+    directory = tempfile.mkdtemp(prefix='podres-')
+    yield directory
+    shutil.rmtree(directory)
+
+
+@pytest.fixture
+def kubelet(socket_dir):
+    started = []
+
+    def start(**kwargs):
+        server = FakeKubelet(socket_dir, **kwargs)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_list_pod_devices_against_a_real_grpc_server(kubelet):
+    server = kubelet(list_answer=_kubelet_style_list_response())
+    devices = pr.list_pod_devices(server.path, timeout=5)
+    assert [(d['pod'], d['resource'], d['device_ids']) for d in devices] == [
+        ('trainer-0', 'nvidia.com/mig-1g.10gb', [MIG_A, MIG_B]), ('trainer-0', 'nvidia.com/mig-3g.40gb', [MIG_C])]
+    # The request is an empty ListPodResourcesRequest.
+    assert server.calls == [('List', b'')]
+
+
+def test_allocatable_devices_against_a_real_grpc_server(kubelet):
+    devices = {'nvidia.com/mig-1g.10gb': [MIG_A, MIG_B, MIG_C]}
+    server = kubelet(allocatable_answer=pr.encode_allocatable_response(devices))
+    assert pr.allocatable_devices(server.path) == devices
+    assert server.calls == [('GetAllocatableResources', b'')]
+
+
+def test_an_idle_node_lists_nothing(kubelet):
+    server = kubelet(list_answer=pr.encode_list_response([]), allocatable_answer=b'')
+    assert pr.list_pod_devices(server.path) == []
+    assert pr.allocatable_devices(server.path) == {}
+
+
+def test_relative_socket_paths_work(kubelet, socket_dir, monkeypatch):
+    kubelet(list_answer=_kubelet_style_list_response())
+    monkeypatch.chdir(socket_dir)
+    assert len(pr.list_pod_devices('kubelet.sock')) == 2
+
+
+def test_a_kubelet_without_get_allocatable_is_explained(kubelet):
+    server = kubelet(list_answer=b'')
+    with pytest.raises(pr.PodResourcesUnavailable, match='does not implement /v1.PodResourcesLister/GetAllocatableResources'
+                                                         '.*Kubernetes 1.23 or later'):
+        pr.allocatable_devices(server.path)
+
+
+def test_a_slow_kubelet_times_out(kubelet):
+    server = kubelet(list_answer=b'', delay=2.0)
+    started = time.monotonic()
+    with pytest.raises(pr.PodResourcesUnavailable, match=r'did not answer /v1.PodResourcesLister/List on .* within 0.2s'):
+        pr.list_pod_devices(server.path, timeout=0.2)
+    # Well before the server would have answered, even on a busy machine.
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_garbled_answer_is_reported(kubelet):
+    server = kubelet(list_answer=b'\x0a\x05ab')
+    with pytest.raises(pr.PodResourcesUnavailable, match='answer to List on .* is not a valid pod-resources message: '
+                                                         'field 1: 5 bytes announced'):
+        pr.list_pod_devices(server.path)
+
+
+def test_missing_socket(socket_dir):
+    path = os.path.join(socket_dir, 'kubelet.sock')
+    with pytest.raises(pr.PodResourcesUnavailable, match='no kubelet pod-resources socket at .*kubelet.sock: is the kubelet running'):
+        pr.list_pod_devices(path)
+
+
+def test_a_socket_nobody_listens_on(socket_dir):
+    path = os.path.join(socket_dir, 'kubelet.sock')
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)
+    stale.close()  # the file stays, as after a kubelet crash
+    with pytest.raises(pr.PodResourcesUnavailable, match='nothing answers on the kubelet pod-resources socket'):
+        pr.list_pod_devices(path, timeout=2)
+
+
+def test_a_file_that_is_no_socket(socket_dir):
+    path = os.path.join(socket_dir, 'kubelet.sock')
+    open(path, 'w').close()
+    with pytest.raises(pr.PodResourcesUnavailable, match='is not a unix socket'):
+        pr.list_pod_devices(path)
+
+
+def test_permission_denied_on_the_socket(kubelet, monkeypatch):
+    server = kubelet(list_answer=b'')
+    # The tests run as root, whom the kernel never denies: answer as for an unprivileged user.
+    monkeypatch.setattr(pr.os, 'access', lambda path, mode: False)
+    with pytest.raises(pr.PodResourcesUnavailable, match='permission denied on the kubelet pod-resources socket .*run as root'):
+        pr.list_pod_devices(server.path)
+    assert server.calls == []
+
+
+def test_permission_denied_on_the_socket_folder(socket_dir, monkeypatch):
+    def denied(path):
+        raise OSError(errno.EACCES, 'Permission denied', path)
+
+    monkeypatch.setattr(pr.os, 'stat', denied)
+    with pytest.raises(pr.PodResourcesUnavailable, match='permission denied reaching the kubelet pod-resources socket'):
+        pr.allocatable_devices(os.path.join(socket_dir, 'kubelet.sock'))
+
+
+def test_missing_grpcio_says_what_to_install(socket_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, 'grpc', None)  # import grpc now raises ImportError
+    with pytest.raises(pr.PodResourcesUnavailable, match=r'needs the Python package grpcio.*pip install grpcio'):
+        pr.list_pod_devices(os.path.join(socket_dir, 'kubelet.sock'))
+
+
+@pytest.mark.parametrize('timeout', [0, -1, '5', None, True])
+def test_bad_timeouts(timeout):
+    with pytest.raises(ValueError, match='timeout must be a positive number of seconds'):
+        pr.list_pod_devices('/nonexistent.sock', timeout=timeout)
+
+
+def test_concurrent_clients_share_nothing(kubelet):
+    server = kubelet(list_answer=_kubelet_style_list_response())
+    results = []
+
+    def read():
+        results.append(len(pr.list_pod_devices(server.path)))
+
+    threads = [threading.Thread(target=read) for dummy in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [2, 2, 2, 2]
+
+
+# ---- processes to pods -------------------------------------------------------------------------
+
+UID = '6f1c2a3b-4d5e-4f60-8a9b-0c1d2e3f4a5b'
+CID = 'a' * 56 + '01234567'
+V1_OTHER = ['12:pids:/', '11:hugetlb:/', '1:name=systemd:/init.scope', '0::/init.scope']
+
+
+def fake_proc(tmp_path, processes):
+    root = tmp_path / 'proc'
+    for pid, lines in processes.items():
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / 'cgroup').write_text(''.join(line + '\n' for line in lines))
+    root.mkdir(exist_ok=True)
+    return str(root)
+
+
+@pytest.mark.parametrize('lines, expected', [
+    # cgroup v1, cgroupfs driver: every hierarchy names the pod; besteffort.
+    (['10:memory:/kubepods/besteffort/pod%s/%s' % (UID, CID), '4:cpu,cpuacct:/kubepods/besteffort/pod%s/%s' % (UID, CID)]
+     + V1_OTHER, {'pod_uid': UID, 'container_id': CID, 'qos': 'besteffort'}),
+    # cgroup v1, cgroupfs, guaranteed (no QoS level), below a --cgroup-root.
+    (['9:cpuset:/node-root/kubepods/pod%s/%s' % (UID, CID)], {'pod_uid': UID, 'container_id': CID, 'qos': 'guaranteed'}),
+    # cgroup v1, systemd driver, burstable, containerd's scope.
+    (['5:memory:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/cri-containerd-%s.scope'
+      % (UID.replace('-', '_'), CID)] + V1_OTHER, {'pod_uid': UID, 'container_id': CID, 'qos': 'burstable'}),
+    # cgroup v2, systemd driver, guaranteed, CRI-O.
+    (['0::/kubepods.slice/kubepods-pod%s.slice/crio-%s.scope' % (UID.replace('-', '_'), CID)],
+     {'pod_uid': UID, 'container_id': CID, 'qos': 'guaranteed'}),
+    # cgroup v2, cgroupfs driver, burstable, docker-style scope under a nested root.
+    (['0::/kind/worker/kubepods/burstable/pod%s/docker-%s.scope' % (UID, CID)],
+     {'pod_uid': UID, 'container_id': CID, 'qos': 'burstable'}),
+    # A process of the pod's own cgroup (no container) and CRI-O's conmon: the pod, no container.
+    (['0::/kubepods/besteffort/pod%s' % UID], {'pod_uid': UID, 'container_id': None, 'qos': 'besteffort'}),
+    (['0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/crio-conmon-%s.scope'
+      % (UID.replace('-', '_'), CID)], {'pod_uid': UID, 'container_id': None, 'qos': 'besteffort'}),
+    # A static pod's UID is a 32-digit hash, not a UUID.
+    (['7:pids:/kubepods/burstable/pod0123456789abcdef0123456789abcdef/%s' % CID],
+     {'pod_uid': '0123456789abcdef0123456789abcdef', 'container_id': CID, 'qos': 'burstable'}),
+])
+def test_pods_of_pids_reads_each_cgroup_layout(tmp_path, lines, expected):
+    assert pr.pods_of_pids([4242], proc_root=fake_proc(tmp_path, {4242: lines})) == {4242: expected}
+
+
+def test_a_v1_line_naming_the_container_beats_one_naming_only_the_pod(tmp_path):
+    proc = fake_proc(tmp_path, {7: ['3:freezer:/kubepods/besteffort/pod%s' % UID,
+                                    '2:memory:/kubepods/besteffort/pod%s/%s' % (UID, CID)]})
+    assert pr.pods_of_pids([7], proc_root=proc)[7]['container_id'] == CID
+
+
+def test_processes_outside_pods_and_vanished_ones_are_left_out(tmp_path):
+    proc = fake_proc(tmp_path, {
+        1: V1_OTHER,
+        2: ['0::/system.slice/containerd.service'],
+        3: ['0::/kubepods-not-really/pod%s/%s' % (UID, CID)],
+        4: ['0::/kubepods/burstable/not-a-pod/%s' % CID],
+        5: ['garbage line', '0::/kubepods/pod%s/%s' % (UID, CID)],
+    })
+    assert pr.pods_of_pids([1, 2, 3, 4, 5, 999999], proc_root=proc) == {
+        5: {'pod_uid': UID, 'container_id': CID, 'qos': 'guaranteed'}}
+
+
+def test_pods_of_pids_on_this_machine_finds_no_pod_for_itself():
+    assert os.getpid() not in pr.pods_of_pids([os.getpid()])
+
+
+@pytest.mark.parametrize('pid', [0, -3, '12', 1.0, True])
+def test_pods_of_pids_rejects_bad_pids(tmp_path, pid):
+    with pytest.raises(ValueError, match='pid must be a positive int'):
+        pr.pods_of_pids([pid], proc_root=fake_proc(tmp_path, {}))
+
+
+def test_pods_of_pids_without_a_proc_filesystem(tmp_path):
+    with pytest.raises(pr.PodResourcesUnavailable, match='no proc filesystem at'):
+        pr.pods_of_pids([1], proc_root=str(tmp_path / 'missing'))
