@@ -9,6 +9,8 @@ DEMO_SERIAL ?= 50%
 
 demo: bootstrap
 	@start=$$(date +%s); \
+	echo "== the simulated fleet's GPUs (simulator/seed.yml, first run only)"; \
+	$(DEMO_PLAYBOOK) simulator/seed.yml; \
 	echo "== site.yml on the simulated fleet (daytime)"; \
 	$(DEMO_PLAYBOOK) playbooks/site.yml; \
 	echo "== rolling switch to nighttime"; \

@@ -12,13 +12,6 @@ class ModuleDocFragment(object):
 
     DOCUMENTATION = r'''
 options:
-  gpus:
-    description:
-      - GPUs to act on. Each selector is V(all), an index such as V(0), a UUID such as V(GPU-5d9c...),
-        or a PCI device id in mig-parted form such as V(0x20B210DE).
-      - A selector that matches no GPU is an error and nothing is changed.
-    type: list
-    elements: str
   lock_timeout:
     description:
       - Seconds to wait for the host-wide lock held by another gpufleet.mig run on the same host.
@@ -31,4 +24,16 @@ notes:
     library is loaded into C(pynvml) instead of C(libnvidia-ml.so.1); everything else runs as on real GPUs.
     See the collection's docs/simulator.md.
   - Everything is validated before the first NVML change; an error names the GPU and the cause.
+'''
+
+    # The GPU selector of the modules that act on chosen GPUs: gpufleet.mig.nvml.gpus
+    GPUS = r'''
+options:
+  gpus:
+    description:
+      - GPUs to act on. Each selector is V(all), an index such as V(0), a UUID such as V(GPU-5d9c...),
+        or a PCI device id in mig-parted form such as V(0x20B210DE).
+      - A selector that matches no GPU is an error and nothing is changed.
+    type: list
+    elements: str
 '''

@@ -4,7 +4,12 @@
 #
 # Private module utils of gpufleet.mig: the interface may change at any time.
 
-"""A host-wide lock so that two MIG runs on one host never interleave."""
+"""A host-wide lock so that two MIG runs on one host never interleave.
+
+The lock file lives in a folder only its owner may write (on a real host /run/gpufleet-mig, mode
+0700, root's) and is opened without following symlinks: in a world-writable folder such as
+/run/lock anyone could plant a symlink there and make a root run create or lock another file.
+"""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,11 +18,32 @@ __metaclass__ = type
 import errno
 import fcntl
 import os
+import stat
 import time
 
 
 class LockTimeout(Exception):
     """The lock stayed held by another run for longer than allowed."""
+
+
+class UnsafeLockPath(Exception):
+    """The lock's folder is not a real folder owned by this user and closed to others."""
+
+
+def _safe_directory(directory):
+    """Create the lock folder (0700) or check the existing one: a folder, ours, writable by nobody else."""
+    if not os.path.lexists(directory):
+        try:
+            os.makedirs(directory, 0o700)
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeLockPath('lock folder %s is not a folder (a symlink?); refusing to use it' % directory)
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeLockPath('lock folder %s must belong to uid %d and be writable by nobody else (owner %d, mode %o)'
+                             % (directory, os.geteuid(), info.st_uid, stat.S_IMODE(info.st_mode)))
 
 
 class HostLock(object):
@@ -31,10 +57,13 @@ class HostLock(object):
         self._fd = None
 
     def __enter__(self):
-        directory = os.path.dirname(self.path)
-        if directory and not os.path.isdir(directory):
-            os.makedirs(directory)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        _safe_directory(os.path.dirname(os.path.abspath(self.path)))
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeLockPath('lock file %s is a symlink; refusing to follow it' % self.path)
+            raise
         mode = fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH
         deadline = time.monotonic() + self.timeout
         while True:

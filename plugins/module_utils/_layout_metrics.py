@@ -6,8 +6,8 @@
 
 """Prometheus textfile-collector output for the MIG layout of one host.
 
-Pure Python: no NVML, no Ansible imports. Input is the backend's ``read_host()`` data, the
-declared layout document and the last apply record. Written atomically (temp + rename).
+Pure Python: no NVML, no Ansible imports. Input is the backend's ``read_host()`` data, whether
+each GPU holds the declared layout, and the last apply record. Written atomically (temp + rename).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -52,38 +52,25 @@ def _gpu_figures(gpu):
     return analyze(catalog, occupancy)
 
 
-def _declared_by_uuid(layout):
-    return dict((g['uuid'], g) for g in (layout or {}).get('gpus', []))
+def render(host, layout_name, in_layout_by_uuid, last_apply):
+    """The textfile content: one block per metric, one sample per GPU (and profile).
 
-
-def gpu_in_layout(gpu, declared):
-    """Mode and instance profiles (with compute instances) as declared; placement does not count."""
-    target = 'enabled' if declared['mig_enabled'] else 'disabled'
-    if gpu['mig_mode']['current'] != target or gpu['mig_mode']['pending'] != target:
-        return False
-    counts = {}
-    for gi in gpu['gpu_instances']:
-        cis = [ci['profile'] for ci in gi['compute_instances']]
-        if cis == [gi['profile']]:
-            key = gi['profile']
-            counts[key] = counts.get(key, 0) + 1
-        else:
-            for ci in cis:
-                counts[ci] = counts.get(ci, 0) + 1
-    return counts == dict((k, v) for k, v in declared['instances'].items() if v)
-
-
-def render(host, layout, last_apply):
-    """The textfile content: one block per metric, one sample per GPU (and profile)."""
+    ``in_layout_by_uuid``: {GPU uuid: whether it holds the declared layout} (from _host_apply);
+    GPUs it leaves out (matched by no entry) get no in-layout sample. Free-space figures need the
+    profiles, which NVML describes only while MIG is enabled.
+    """
     samples = dict((name, []) for name, dummy, dummy2 in _HELP)
-    declared = _declared_by_uuid(layout)
     for gpu in host['gpus']:
         if not gpu.get('mig_capable'):
             continue
         base = dict(gpu=gpu['index'], uuid=gpu['uuid'], model=gpu['name'])
-        figures = _gpu_figures(gpu)
         samples['gpufleet_mig_mode_enabled'].append((base, int(gpu['mig_mode']['current'] == 'enabled')))
         samples['gpufleet_mig_mode_pending_enabled'].append((base, int(gpu['mig_mode']['pending'] == 'enabled')))
+        if gpu['uuid'] in in_layout_by_uuid:
+            samples['gpufleet_mig_gpu_in_layout'].append((base, int(in_layout_by_uuid[gpu['uuid']])))
+        if not gpu.get('profiles'):
+            continue
+        figures = _gpu_figures(gpu)
         by_profile = dict((p['name'], 0) for p in gpu['profiles'])
         for gi in gpu['gpu_instances']:
             by_profile[gi['profile']] = by_profile.get(gi['profile'], 0) + 1
@@ -96,10 +83,8 @@ def render(host, layout, last_apply):
         samples['gpufleet_mig_largest_placeable_info'].append(
             (dict(base, profile=figures['largest_placeable'] or 'none'), 1))
         samples['gpufleet_mig_fragmentation_ratio'].append((base, figures['fragmentation']))
-        if gpu['uuid'] in declared:
-            samples['gpufleet_mig_gpu_in_layout'].append((base, int(gpu_in_layout(gpu, declared[gpu['uuid']]))))
-    if layout:
-        samples['gpufleet_mig_layout_info'].append(({'layout': layout['name']}, 1))
+    if layout_name:
+        samples['gpufleet_mig_layout_info'].append(({'layout': layout_name}, 1))
     if last_apply:
         labels = {'layout': last_apply.get('layout', ''), 'source': last_apply.get('source', '')}
         samples['gpufleet_mig_layout_last_apply_success'].append((labels, int(last_apply.get('result') == 'success')))

@@ -60,7 +60,7 @@ class GpuInstanceProfile(object):
     """A GPU instance profile with its placements (in memory slices)."""
 
     __slots__ = ('name', 'id', 'compute_slices', 'memory_slices', 'memory_mib', 'max_count',
-                 'starts', 'media_extensions', 'compute_profiles')
+                 'starts', 'media_extensions', 'all_media_engines', 'no_media_engines', 'plain', 'compute_profiles')
 
     def __init__(self, name, profile_id, compute_slices, memory_slices, memory_mib, max_count, starts,
                  compute_profiles):
@@ -71,7 +71,11 @@ class GpuInstanceProfile(object):
         self.memory_mib = memory_mib
         self.max_count = max_count
         self.starts = tuple(sorted(starts))
-        self.media_extensions = MigProfile.parse(name).media_extensions
+        parsed = MigProfile.parse(name)
+        self.media_extensions = parsed.media_extensions
+        self.all_media_engines = parsed.all_media_engines
+        self.no_media_engines = parsed.no_media_engines
+        self.plain = not parsed.suffix
         # name -> ComputeInstanceProfile, the full-size one included
         self.compute_profiles = compute_profiles
 
@@ -97,8 +101,8 @@ class GpuInstanceProfile(object):
         return None
 
     def rank(self):
-        """Sort key: bigger instances first."""
-        return (self.memory_slices, self.compute_slices, self.memory_mib, self.name)
+        """Sort key: bigger instances first; between equal ones the plain profile (no +me/+gfx/-me suffix)."""
+        return (self.memory_slices, self.compute_slices, self.memory_mib, self.plain, self.name)
 
 
 class Catalog(object):
@@ -123,14 +127,20 @@ class Catalog(object):
 
 
 class Occupancy(object):
-    """Which memory slices are taken, how many instances per profile, and whether +me is used."""
+    """Which memory slices are taken, how many instances per profile, and who holds media engines.
 
-    __slots__ = ('mask', 'counts', 'media_used')
+    Media rules (nvml.h, mig-geometry reference): one ``+me`` instance per GPU; a ``+me.all``
+    instance takes every media engine, so only ``-me`` instances may sit beside it.
+    """
 
-    def __init__(self, mask=0, counts=None, media_used=False):
+    __slots__ = ('mask', 'counts', 'media_used', 'all_media', 'media_holders')
+
+    def __init__(self, mask=0, counts=None, media_used=False, all_media=False, media_holders=0):
         self.mask = mask
         self.counts = dict(counts or {})
         self.media_used = media_used
+        self.all_media = all_media
+        self.media_holders = media_holders
 
     @classmethod
     def of(cls, catalog, instances):
@@ -144,12 +154,17 @@ class Occupancy(object):
         return occupancy
 
     def copy(self):
-        return Occupancy(self.mask, self.counts, self.media_used)
+        return Occupancy(self.mask, self.counts, self.media_used, self.all_media, self.media_holders)
+
+    def media_allows(self, profile):
+        if profile.media_extensions and self.media_used:
+            return False
+        if profile.all_media_engines and self.media_holders:
+            return False
+        return profile.no_media_engines or not self.all_media
 
     def can_place(self, profile, start):
-        if self.counts.get(profile.name, 0) >= profile.max_count:
-            return False
-        if profile.media_extensions and self.media_used:
+        if self.counts.get(profile.name, 0) >= profile.max_count or not self.media_allows(profile):
             return False
         return not self.mask & slice_mask(start, profile.memory_slices)
 
@@ -157,7 +172,8 @@ class Occupancy(object):
         counts = dict(self.counts)
         counts[profile.name] = counts.get(profile.name, 0) + 1
         return Occupancy(self.mask | slice_mask(start, profile.memory_slices), counts,
-                         self.media_used or profile.media_extensions)
+                         self.media_used or profile.media_extensions, self.all_media or profile.all_media_engines,
+                         self.media_holders + (0 if profile.no_media_engines else 1))
 
 
 def slice_mask(start, size):
@@ -171,8 +187,10 @@ def _bit_count(value):
 def placeable_count(catalog, occupancy, profile):
     """How many more instances of ``profile`` alone fit (greedy is optimal for equal-size intervals)."""
     room = profile.max_count - occupancy.counts.get(profile.name, 0)
-    if profile.media_extensions:
-        room = 0 if occupancy.media_used else min(room, 1)
+    if not occupancy.media_allows(profile):
+        room = 0
+    elif profile.media_extensions or profile.all_media_engines:
+        room = min(room, 1)
     count = 0
     mask = occupancy.mask
     for start in profile.starts:
@@ -265,3 +283,42 @@ def pack_compute_instances(gi_profile, ci_names):
     if not place(0, 0, {}):
         return None
     return [(profiles[i].name, starts[i]) for i in range(len(profiles))]
+
+
+def slice_states(catalog, instances):
+    """State of every memory slice of one GPU, for drawing it (docs/fragmentation.md).
+
+    ``instances``: list of (profile_name, start). Returns a list of ``catalog.total_slices``
+    entries: the position in ``instances`` of the GPU instance covering that slice, or
+    ``'free'``, or ``'stranded'`` (free, but no placement of a still-placeable profile covers
+    it: the same test as :func:`analyze`, so the stranded entries add up to its
+    ``stranded_slices``). Overlapping instances or a start that is not one of the profile's
+    placements raise :class:`GeometryError`.
+    """
+    states = ['free'] * catalog.total_slices
+    placed = []
+    for position, (name, start) in enumerate(instances):
+        profile = catalog.get(name)
+        if profile is None:
+            raise GeometryError('GPU instance profile %s is not offered by this GPU' % name)
+        if start not in profile.starts:
+            raise GeometryError('%s cannot start at memory slice %r (placements start at %s)'
+                                % (name, start, ', '.join(str(s) for s in profile.starts)))
+        for index in range(start, start + profile.memory_slices):
+            if states[index] != 'free':
+                raise GeometryError('%s at %d overlaps %s at %d on memory slice %d'
+                                    % (name, start, instances[states[index]][0], instances[states[index]][1], index))
+            states[index] = position
+        placed.append((name, start))
+    occupancy = Occupancy.of(catalog, placed)
+    usable_mask = 0
+    for profile in catalog.profiles.values():
+        if placeable_count(catalog, occupancy, profile):
+            for start in profile.starts:
+                bits = slice_mask(start, profile.memory_slices)
+                if not occupancy.mask & bits:
+                    usable_mask |= bits
+    for index, state in enumerate(states):
+        if state == 'free' and not usable_mask & slice_mask(index, 1):
+            states[index] = 'stranded'
+    return states

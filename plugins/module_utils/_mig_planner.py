@@ -47,6 +47,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import 
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
 
 
+# A GPU whose MIG is still off cannot be planned: NVML hides its profiles until MIG is enabled.
+DEFERRED_NOTE = 'instances planned after MIG is enabled (NVML describes the profiles only then)'
+
+
 class PlanningError(ValueError):
     """A request that cannot be planned; the message names the GPU and the cause."""
 
@@ -68,19 +72,30 @@ class InstanceSpec(object):
 class CurrentInstance(object):
     """One existing GPU instance, as the backend reported it."""
 
-    __slots__ = ('id', 'profile', 'start', 'compute_instances', 'pids', 'data')
+    __slots__ = ('id', 'profile', 'start', 'compute_instances', 'pids', 'pods', 'data')
 
-    def __init__(self, data):
+    def __init__(self, data, pods=None):
         self.data = data
         self.id = data['id']
         self.profile = data['profile']
         self.start = data['placement']['start']
         self.compute_instances = tuple(sorted(ci['profile'] for ci in data.get('compute_instances') or []))
         self.pids = sorted(set(p['pid'] for ci in data.get('compute_instances') or [] for p in ci.get('processes') or []))
+        self.pods = sorted(pods or [])
 
     @property
     def busy(self):
-        return bool(self.pids)
+        """Running processes, or a pod that holds the instance (it may be idle between requests)."""
+        return bool(self.pids or self.pods)
+
+    def users(self):
+        """Who keeps this instance busy, for messages."""
+        users = []
+        if self.pids:
+            users.append('running processes %s' % self.pids)
+        if self.pods:
+            users.append('allocated to pod(s) %s' % ', '.join(self.pods))
+        return ' and '.join(users)
 
     @property
     def signature(self):
@@ -234,12 +249,17 @@ def _best_placement(catalog, occupancy, specs):
     return best[0][0], [-s for s in best[0][1]]
 
 
-def plan_gpu(gpu, instances, repack=False):
-    """Plan one GPU. ``gpu`` is the backend's plain data (index, profiles, gpu_instances)."""
+def plan_gpu(gpu, instances, repack=False, allocated=None):
+    """Plan one GPU. ``gpu`` is the backend's plain data (index, profiles, gpu_instances).
+
+    ``allocated`` maps GPU instance ids to the pods that hold them ('namespace/name'): such an
+    instance is busy like one with processes, whether or not a process runs on it right now.
+    """
     label = 'GPU %s' % gpu.get('index')
     catalog = Catalog.from_data(gpu['profiles'])
     specs = expand_layout(catalog, instances, label)
-    current = [CurrentInstance(gi) for gi in gpu.get('gpu_instances') or []]
+    allocated = allocated or {}
+    current = [CurrentInstance(gi, allocated.get(gi['id'])) for gi in gpu.get('gpu_instances') or []]
 
     wanted = {}
     for spec in specs:
@@ -252,14 +272,14 @@ def plan_gpu(gpu, instances, repack=False):
         if len(group) > wanted.get(signature, 0):
             victim = group[wanted.get(signature, 0)]
             raise PlanningError(
-                '%s: GPU instance %s (%s at slice %d) has running processes %s but the layout %s does not keep it; '
-                'busy instances are never destroyed: stop those processes first' % (
-                    label, victim.id, _describe_current(victim), victim.start, victim.pids, describe_specs(specs) or 'empty'))
+                '%s: GPU instance %s (%s at slice %d) has %s but the layout %s does not keep it; '
+                'busy instances are never destroyed: stop that work first' % (
+                    label, victim.id, _describe_current(victim), victim.start, victim.users(), describe_specs(specs) or 'empty'))
 
     idle_candidates = [gi for gi in current if not gi.busy and gi.signature in wanted]
     choice = _choose_kept(catalog, specs, busy, idle_candidates, repack)
     if choice is None:
-        blockers = '; '.join('GPU instance %s (%s at slice %d) pids %s' % (gi.id, _describe_current(gi), gi.start, gi.pids) for gi in busy)
+        blockers = '; '.join('GPU instance %s (%s at slice %d) %s' % (gi.id, _describe_current(gi), gi.start, gi.users()) for gi in busy)
         raise PlanningError('%s: layout %s cannot be placed around busy instances: %s' % (label, describe_specs(specs), blockers))
     kept, new_specs, new_starts, occupancy = choice
     return _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy)

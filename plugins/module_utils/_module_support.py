@@ -17,12 +17,14 @@ from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockTimeout
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockTimeout, UnsafeLockPath
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import LayoutConfigError
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
 
 # Errors whose message is the whole story: no traceback for the user.
-EXPECTED_ERRORS = (_nvml_backend.BackendError, SelectionError, PlanningError, LockTimeout)
+EXPECTED_ERRORS = (_nvml_backend.BackendError, SelectionError, PlanningError, LayoutConfigError, ApplyError, LockTimeout, UnsafeLockPath)
 
 COMMON_ARGUMENT_SPEC = dict(
     lock_timeout=dict(type='int', default=120),

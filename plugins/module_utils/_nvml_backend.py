@@ -35,7 +35,8 @@ else:
 
 SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
 SIMULATOR_PACKAGE = 'gpufleet_nvml_sim'
-HOST_LOCK_PATH = '/run/lock/gpufleet-mig.lock'
+# In a root-only folder (see _host_lock): /run/lock is writable by everyone.
+HOST_LOCK_PATH = '/run/gpufleet-mig/host.lock'
 
 _ARCHITECTURES = {2: 'kepler', 3: 'maxwell', 4: 'pascal', 5: 'volta', 6: 'turing', 7: 'ampere', 8: 'ada',
                   9: 'hopper', 10: 'blackwell', 13: 'rubin'}
@@ -68,11 +69,16 @@ def host_lock_path():
     return state + '.host.lock' if state else HOST_LOCK_PATH
 
 
-def _nvml_error_name(exc):
+def nvml_error_name(code):
+    """'NVML_ERROR_IN_USE' for 19; the number for a code pynvml does not name."""
     for name in dir(pynvml):
-        if name.startswith('NVML_ERROR_') and getattr(pynvml, name) == getattr(exc, 'value', None):
+        if name.startswith('NVML_ERROR_') and getattr(pynvml, name) == code:
             return name
-    return 'NVML error %s' % getattr(exc, 'value', '?')
+    return 'NVML error %s' % code
+
+
+def _nvml_error_name(exc):
+    return nvml_error_name(getattr(exc, 'value', '?'))
 
 
 def _text(value):
@@ -129,6 +135,8 @@ class NvmlBackend(object):
         return self._call(index, 'get handle', pynvml.nvmlDeviceGetHandleByIndex, index)
 
     def read_gpu(self, index, with_profiles=True):
+        """One GPU as plain data. NVML hides profiles while MIG is disabled: they are read (and
+        ``profiles_known`` is true) only while MIG is currently enabled."""
         handle = self._handle(index)
         pci = self._call(index, 'read PCI info', pynvml.nvmlDeviceGetPciInfo, handle)
         gpu = {
@@ -136,12 +144,14 @@ class NvmlBackend(object):
             'uuid': _text(self._call(index, 'read UUID', pynvml.nvmlDeviceGetUUID, handle)),
             'name': _text(self._call(index, 'read name', pynvml.nvmlDeviceGetName, handle)),
             'pci_device_id': '0x%08X' % pci.pciDeviceId,
+            'pci_subsystem_id': '0x%08X' % pci.pciSubSystemId,
             'pci_bus_id': _text(pci.busId),
             'architecture': _ARCHITECTURES.get(self._call(index, 'read architecture', pynvml.nvmlDeviceGetArchitecture, handle), 'unknown'),
             'memory_total_mib': self._call(index, 'read memory', pynvml.nvmlDeviceGetMemoryInfo, handle).total // (1024 * 1024),
             'mig_capable': True,
             'mig_mode': {'current': 'disabled', 'pending': 'disabled'},
             'profiles': [],
+            'profiles_known': False,
             'unsupported_profiles': [],
             'gpu_instances': [],
             'processes': [],
@@ -155,35 +165,40 @@ class NvmlBackend(object):
             current = pending = pynvml.NVML_DEVICE_MIG_DISABLE
         gpu['mig_mode'] = {'current': 'enabled' if current else 'disabled', 'pending': 'enabled' if pending else 'disabled'}
         gpu['reset_required'] = current != pending
-        if not gpu['mig_capable']:
+        if not current:
             gpu['processes'] = self._processes(index, handle)
             return gpu
-        if current:
-            gpu['gpu_instances'] = self._gpu_instances(index, handle)
-        else:
-            gpu['processes'] = self._processes(index, handle)
+        gi_profiles = self._gi_profile_infos(index, handle)
+        gpu['gpu_instances'] = self._gpu_instances(index, handle, gi_profiles)
         if with_profiles:
-            gpu['profiles'], gpu['unsupported_profiles'] = self._profiles(index, handle, gpu['gpu_instances'])
+            gpu['profiles'], gpu['unsupported_profiles'] = self._profiles(index, handle, gi_profiles, gpu['gpu_instances'])
+            gpu['profiles_known'] = True
         return gpu
+
+    def _gi_profile_infos(self, index, handle):
+        """(enum, v2 profile info) of every GPU instance profile the GPU offers (MIG must be enabled)."""
+        infos = []
+        for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                infos.append((enum, pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)))
+            except pynvml.NVMLError as exc:
+                if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    continue
+                raise BackendError('GPU %d: read GPU instance profile %d failed: %s' % (index, enum, _nvml_error_name(exc)))
+        return infos
 
     def _processes(self, index, handle):
         procs = self._call(index, 'list processes', pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
         return [{'pid': p.pid, 'used_memory_mib': (p.usedGpuMemory or 0) // (1024 * 1024)} for p in procs]
 
-    def _profiles(self, index, handle, gpu_instances):
+    def _profiles(self, index, handle, gi_profiles, gpu_instances):
         profiles = []
         unsupported = []
         ci_by_gi_profile = {}
         for gi in gpu_instances:
             if gi['profile_id'] not in ci_by_gi_profile:
                 ci_by_gi_profile[gi['profile_id']] = self._compute_profiles(index, handle, gi['id'], gi['profile'])
-        for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
-            except pynvml.NVMLError as exc:
-                if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
-                    continue
-                raise BackendError('GPU %d: read GPU instance profile %d failed: %s' % (index, enum, _nvml_error_name(exc)))
+        for enum, info in gi_profiles:
             name = _short_profile_name(info.name)
             if name is None:
                 unsupported.append(_text(info.name))
@@ -248,6 +263,10 @@ class NvmlBackend(object):
                 raise BackendError('GPU %d: read compute profile %d of GPU instance %d failed: %s'
                                    % (index, enum, gi_id, _nvml_error_name(exc)))
             name = _short_profile_name(info.name) or compute_instance_name(info.sliceCount, gi_name)
+            if any(p['name'] == name for p in profiles):
+                # Some drivers offer the full-size CI of an A100 7g both as 7_SLICE (4) and as
+                # 7_SLICE_NVL (8); creating with 8 has been seen to break workloads: keep the plain enum.
+                continue
             profiles.append({
                 'name': name,
                 'id': info.id,
@@ -257,14 +276,10 @@ class NvmlBackend(object):
             })
         return profiles
 
-    def _gpu_instances(self, index, handle):
-        processes = self._mig_processes(index, handle)
+    def _gpu_instances(self, index, handle, gi_profiles):
+        mig_devices = self._mig_devices(index, handle)
         instances = []
-        for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
-            except pynvml.NVMLError:
-                continue
+        for dummy, info in gi_profiles:
             array = (pynvml.c_nvmlGpuInstance_t * _MAX_INSTANCES)()
             count = ctypes.c_uint(0)
             self._call(index, 'list GPU instances', pynvml.nvmlDeviceGetGpuInstances, handle, info.id, array, ctypes.byref(count))
@@ -276,13 +291,13 @@ class NvmlBackend(object):
                     'profile': gi_name,
                     'profile_id': gi_info.profileId,
                     'placement': {'start': gi_info.placement.start, 'size': gi_info.placement.size},
-                    'compute_instances': self._compute_instances(index, array[position], gi_info.id, gi_name, processes),
+                    'compute_instances': self._compute_instances(index, array[position], gi_info.id, gi_name, mig_devices),
                 })
         for gi in instances:
             gi['busy'] = any(ci['processes'] for ci in gi['compute_instances'])
         return sorted(instances, key=lambda gi: gi['placement']['start'])
 
-    def _compute_instances(self, index, gi_handle, gi_id, gi_name, processes):
+    def _compute_instances(self, index, gi_handle, gi_id, gi_name, mig_devices):
         result = []
         for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
             try:
@@ -296,17 +311,19 @@ class NvmlBackend(object):
                        ctypes.byref(count))
             for position in range(count.value):
                 ci_info = self._call(index, 'read compute instance', pynvml.nvmlComputeInstanceGetInfo, array[position])
+                device = mig_devices.get((gi_id, ci_info.id), {})
                 result.append({
                     'id': ci_info.id,
                     'profile': _short_profile_name(info.name) or compute_instance_name(info.sliceCount, gi_name),
                     'profile_id': ci_info.profileId,
                     'placement': {'start': ci_info.placement.start, 'size': ci_info.placement.size},
-                    'processes': processes.get((gi_id, ci_info.id), []),
+                    'uuid': device.get('uuid'),
+                    'processes': device.get('processes', []),
                 })
         return sorted(result, key=lambda ci: ci['placement']['start'])
 
-    def _mig_processes(self, index, handle):
-        """(gpu instance id, compute instance id) -> processes, read through MIG device handles."""
+    def _mig_devices(self, index, handle):
+        """(gpu instance id, compute instance id) -> {uuid, processes} of each MIG device (what workloads see)."""
         found = {}
         slots = self._call(index, 'count MIG devices', pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
         for slot in range(slots):
@@ -318,15 +335,29 @@ class NvmlBackend(object):
                 raise BackendError('GPU %d: open MIG device %d failed: %s' % (index, slot, _nvml_error_name(exc)))
             key = (self._call(index, 'read MIG device', pynvml.nvmlDeviceGetGpuInstanceId, mig),
                    self._call(index, 'read MIG device', pynvml.nvmlDeviceGetComputeInstanceId, mig))
-            found[key] = self._processes(index, mig)
+            found[key] = {'uuid': _text(self._call(index, 'read MIG device UUID', pynvml.nvmlDeviceGetUUID, mig)),
+                          'processes': self._processes(index, mig)}
         return found
 
     # ---- mutations: one NVML change each -----------------------------------------
 
     def set_mig_mode(self, index, enabled):
+        """Ask for a MIG mode; returns the activation status as an NVML error name, or None when it took effect.
+
+        The call succeeds even when the change cannot take effect now: the mode then stays pending and
+        the activation status says why (NVML_ERROR_IN_USE: another client holds the GPU).
+        """
         mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
-        return self._call(index, '%s MIG mode' % ('enable' if enabled else 'disable'), pynvml.nvmlDeviceSetMigMode,
-                          self._handle(index), mode)
+        status = self._call(index, '%s MIG mode' % ('enable' if enabled else 'disable'), pynvml.nvmlDeviceSetMigMode,
+                            self._handle(index), mode)
+        if not status:
+            return None
+        return nvml_error_name(status)
+
+    def read_mode(self, index):
+        """The MIG mode alone, {current, pending}: what a mode change is checked with."""
+        current, pending = self._call(index, 'read MIG mode', pynvml.nvmlDeviceGetMigMode, self._handle(index))
+        return {'current': 'enabled' if current else 'disabled', 'pending': 'enabled' if pending else 'disabled'}
 
     def reset_gpu(self, index):
         """GPU reset applies a pending MIG mode; it drops every GPU instance."""

@@ -19,6 +19,7 @@ description:
   - Never parses C(nvidia-smi) output and never changes anything.
 extends_documentation_fragment:
   - gpufleet.mig.nvml
+  - gpufleet.mig.nvml.gpus
 options:
   gpus:
     default: [all]
@@ -90,6 +91,10 @@ ansible_facts:
               description: PCI device id in mig-parted form.
               type: str
               sample: "0x20B210DE"
+            pci_subsystem_id:
+              description: PCI subsystem id in mig-parted form (some device filters name it).
+              type: str
+              sample: "0x147E10DE"
             pci_bus_id:
               description: PCI bus id.
               type: str
@@ -108,9 +113,19 @@ ansible_facts:
             reset_required:
               description: A mode change is pending until a GPU reset or reboot.
               type: bool
+            profiles_known:
+              description:
+                - Whether RV(ansible_facts.nvidia_mig.gpus[].profiles) could be read. NVML describes a GPU's profiles
+                  only while MIG is enabled, so a MIG-disabled GPU has no profiles and no free-space figures (null)
+                  until MIG is on; RV(ansible_facts.nvidia_mig.gpus[].profiles_note) says so.
+              type: bool
+            profiles_note:
+              description: Why the profiles and figures are missing.
+              type: str
+              returned: when MIG is disabled on a MIG-capable GPU
             profiles:
               description:
-                - GPU instance profiles as NVML reports them (empty when not MIG-capable).
+                - GPU instance profiles as NVML reports them (empty when not MIG-capable or while MIG is disabled).
                 - C(compute_profiles_source) is V(nvml) when read from an existing GPU instance, V(derived) when
                   no instance of that profile exists yet (NVML only describes compute profiles of existing ones).
               type: list
@@ -124,7 +139,9 @@ ansible_facts:
                   max_count: 2
                   placements: [{start: 0, size: 4}, {start: 4, size: 4}]
             gpu_instances:
-              description: GPU instances with placement, compute instances and their processes.
+              description:
+                - GPU instances with placement, compute instances (each with the C(uuid) of its MIG device) and their
+                  processes.
               type: list
               elements: dict
               sample:
@@ -145,7 +162,7 @@ ansible_facts:
               description: Whether any process runs on the GPU or one of its instances.
               type: bool
             free_slices:
-              description: Memory slices no GPU instance covers.
+              description: Memory slices no GPU instance covers (null while MIG is disabled, the profiles being unknown).
               type: int
             placeable:
               description: Profile name to how many more instances of it alone still fit.
@@ -186,6 +203,11 @@ def gpu_facts(gpu):
     if not gpu['mig_capable']:
         facts.update(free_slices=0, placeable={}, largest_placeable=None, stranded_slices=0, fragmentation=0.0,
                      skip_reason='GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
+        return facts
+    if not gpu['profiles_known']:
+        # NVML describes profiles only while MIG is enabled: no figure can be known yet.
+        facts.update(free_slices=None, placeable={}, largest_placeable=None, stranded_slices=None, fragmentation=None,
+                     profiles_note='MIG is disabled: NVML describes the profiles (and so the free space) only once MIG is enabled')
         return facts
     figures = free_space(gpu)
     for key in ('free_slices', 'placeable', 'largest_placeable', 'stranded_slices', 'fragmentation'):

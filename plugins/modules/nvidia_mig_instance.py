@@ -23,6 +23,7 @@ description:
     O(repack) is set.
 extends_documentation_fragment:
   - gpufleet.mig.nvml
+  - gpufleet.mig.nvml.gpus
 options:
   gpus:
     required: true
@@ -122,9 +123,14 @@ gpus:
     free_space_after:
       description: Free slices, placeable counts, largest placeable profile, stranded slices and fragmentation after the change.
       type: dict
-    assumed_empty:
-      description: True when MIG is only pending-enabled (check mode) and the GPU was planned as empty.
+    deferred:
+      description:
+        - True when MIG is only pending-enabled (check mode). NVML describes the GPU's profiles once MIG is enabled,
+          so its instances are planned then (RV(gpus[].note)) and RV(gpus[].after) is null.
       type: bool
+    note:
+      description: Why the GPU was not planned yet, or null.
+      type: str
 actions:
   description: Every action in order, across GPUs, each with its C(gpu) index.
   returned: always
@@ -145,7 +151,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError, select_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     layout_lines,
@@ -169,7 +175,8 @@ def wanted_instances(params):
 
 
 def plan_selected(host, params, check_mode):
-    """Plan every selected GPU before anything changes."""
+    """Plan every selected GPU before anything changes. A GPU whose MIG is only pending-enabled (check mode)
+    cannot be planned: NVML describes its profiles once MIG is on; it is reported as deferred."""
     wanted = wanted_instances(params)
     plans = []
     skipped = []
@@ -180,14 +187,13 @@ def plan_selected(host, params, check_mode):
             skipped.append({'index': gpu['index'], 'name': gpu['name'], 'reason': 'not MIG-capable'})
             continue
         mode = gpu['mig_mode']
-        assumed_empty = False
         if mode['current'] != 'enabled':
             if not (check_mode and mode['pending'] == 'enabled'):
                 raise PlanningError('GPU %d (%s): MIG mode is %s (pending %s); enable it first with gpufleet.mig.nvidia_mig_mode'
                                     % (gpu['index'], gpu['uuid'], mode['current'], mode['pending']))
-            gpu = dict(gpu, gpu_instances=[])
-            assumed_empty = True
-        plans.append((gpu, plan_gpu(gpu, wanted, repack=params['repack']), assumed_empty))
+            plans.append((gpu, None))
+            continue
+        plans.append((gpu, plan_gpu(gpu, wanted, repack=params['repack'])))
     return plans, skipped
 
 
@@ -197,7 +203,12 @@ def main_body(module):
     with nvml_session(module) as backend:
         host = backend.read_host()
         plans, skipped = plan_selected(host, module.params, module.check_mode)
-        for gpu, plan, assumed_empty in plans:
+        for gpu, plan in plans:
+            if plan is None:
+                results.append({'index': gpu['index'], 'uuid': gpu['uuid'], 'changed': bool(wanted_instances(module.params)),
+                                'before': [], 'after': None, 'actions': [], 'free_space_after': None, 'deferred': True,
+                                'note': DEFERRED_NOTE})
+                continue
             actions = plan.actions
             after = plan.after
             if plan.changed and not module.check_mode:
@@ -214,7 +225,8 @@ def main_body(module):
                 'after': after,
                 'actions': actions,
                 'free_space_after': plan.analysis,
-                'assumed_empty': assumed_empty,
+                'deferred': False,
+                'note': None,
             })
             all_actions.extend(dict(action, gpu=gpu['index']) for action in actions)
 
@@ -222,7 +234,8 @@ def main_body(module):
     if module._diff:
         output['diff'] = {
             'before': ''.join(line + '\n' for r in results for line in layout_lines(r['index'], r['before'])),
-            'after': ''.join(line + '\n' for r in results for line in layout_lines(r['index'], r['after'])),
+            'after': ''.join(line + '\n' for r in results
+                             for line in (layout_lines(r['index'], r['after']) if r['after'] is not None else ['GPU %d: (%s)' % (r['index'], r['note'])])),
         }
     module.exit_json(**output)
 

@@ -14,15 +14,18 @@ version_added: 0.1.0
 description:
   - Sets MIG mode on the selected GPUs and, when asked and the GPU is idle, resets the GPU so that a pending
     mode takes effect.
-  - On Ampere (A100, A30) a mode change stays pending until a GPU reset or reboot; it persists across reboots.
-    On Hopper and later (H100, H200, GH200, B200) it applies at once when the GPU is idle and does not persist
-    across reboots.
+  - On an idle GPU a mode change applies at once (on Ampere the driver resets the GPU itself). When another
+    client holds the GPU (nvidia-persistenced, DCGM, the nvidia_drm module) NVML leaves the change pending and
+    says why; RV(gpus[].pending_reason) reports it, and O(reset=if_idle) then resets the GPU.
+  - On Ampere (A100, A30) the mode persists across reboots; on Hopper and later (H100, H200, GH200, B200, ...) it
+    does not (the boot unit of the P(gpufleet.mig.mig_layout#role) role re-applies it).
   - Disabling MIG on a GPU that has instances destroys them first, but only if none has running processes; a busy
     GPU is an error naming the processes and nothing is changed on any GPU.
   - GPUs that are not MIG-capable are an error when selected explicitly; matched through V(all) they are reported
     in RV(skipped_gpus) and left alone.
 extends_documentation_fragment:
   - gpufleet.mig.nvml
+  - gpufleet.mig.nvml.gpus
 options:
   gpus:
     required: true
@@ -89,6 +92,11 @@ gpus:
     reset_performed:
       description: Whether the GPU was reset (would be, in check mode).
       type: bool
+    pending_reason:
+      description:
+        - Why the mode is still pending after the change, from NVML's activation status (for example another client
+          such as nvidia-persistenced or DCGM holds the GPU), or null.
+      type: str
     destroyed_instances:
       description: GPU instances destroyed to disable MIG, with profile and placement.
       type: list
@@ -107,105 +115,59 @@ skipped_gpus:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError, select_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     nvml_session,
     run_module,
 )
 
-# Architectures whose mode change waits for a reset (reset-less switching came with Hopper).
-_PENDING_UNTIL_RESET = ('kepler', 'maxwell', 'pascal', 'volta', 'turing', 'ampere')
-
-
-def _busy_pids(gpu):
-    pids = set(p['pid'] for p in gpu['processes'])
-    for gi in gpu['gpu_instances']:
-        for ci in gi['compute_instances']:
-            pids.update(p['pid'] for p in ci['processes'])
-    return sorted(pids)
-
-
-class ModeDecision(object):
-    """What one GPU needs: a pure decision from its current state and the wanted mode."""
-
-    def __init__(self, gpu, wanted, reset):
-        self.gpu = gpu
-        self.wanted = wanted
-        mode = gpu['mig_mode']
-        self.needs_set = mode['pending'] != wanted
-        self.destroy_instances = wanted == 'disabled' and bool(gpu['gpu_instances']) and self.needs_set
-        immediate = gpu['architecture'] not in _PENDING_UNTIL_RESET
-        current_after = wanted if (self.needs_set and immediate) else mode['current']
-        self.needs_reset = reset == 'if_idle' and current_after != wanted
-        if self.needs_reset:
-            current_after = wanted
-        self.after = {'current': current_after, 'pending': wanted}
-        self.pids = _busy_pids(gpu)
-
-    @property
-    def changed(self):
-        return self.needs_set or self.needs_reset
-
-    def problem(self):
-        """Why this GPU cannot be changed now, or None."""
-        if self.changed and self.pids:
-            return 'GPU %d (%s): processes %s use the GPU; stop them before changing MIG mode' % (
-                self.gpu['index'], self.gpu['uuid'], self.pids)
-        return None
-
 
 def main_body(module):
-    wanted = module.params['state']
+    wanted_enabled = module.params['state'] == 'enabled'
+    allow_reset = module.params['reset'] == 'if_idle'
     with nvml_session(module) as backend:
-        host = backend.read_host(with_profiles=False)
-        selected = select_gpus(host['gpus'], module.params['gpus'])
+        host = backend.read_host()
         skipped = []
         decisions = []
-        for gpu, explicit in selected:
+        for gpu, explicit in select_gpus(host['gpus'], module.params['gpus']):
             if not gpu['mig_capable']:
                 if explicit:
                     raise SelectionError('GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
                 skipped.append({'index': gpu['index'], 'name': gpu['name'], 'reason': 'not MIG-capable'})
                 continue
-            decisions.append(ModeDecision(gpu, wanted, module.params['reset']))
-        problems = [d.problem() for d in decisions if d.problem()]
+            decision = ModeDecision(gpu, wanted_enabled, allow_reset)
+            # Disabling MIG destroys the GPU instances first; busy ones refuse in plan_gpu.
+            clear = plan_gpu(gpu, {}) if decision.needs_set and not wanted_enabled and gpu['gpu_instances'] else None
+            decisions.append((decision, clear))
+        problems = [d.problem() for d, dummy in decisions if d.problem()]
         if problems:
             module.fail_json(msg='; '.join(problems), skipped_gpus=skipped)
 
         results = []
-        for decision in decisions:
-            index = decision.gpu['index']
-            destroyed = []
-            if decision.destroy_instances:
-                for gi in decision.gpu['gpu_instances']:
-                    destroyed.append({'id': gi['id'], 'profile': gi['profile'], 'placement': gi['placement']})
-                    if not module.check_mode:
-                        for ci in gi['compute_instances']:
-                            backend.destroy_compute_instance(index, gi['id'], ci['id'])
-                        backend.destroy_gpu_instance(index, gi['id'])
-            after = decision.after
-            reset_performed = decision.needs_reset
-            if not module.check_mode:
-                if decision.needs_set:
-                    backend.set_mig_mode(index, wanted == 'enabled')
-                reset_performed = False
-                if module.params['reset'] == 'if_idle' and backend.read_gpu(index, with_profiles=False)['mig_mode']['current'] != wanted:
-                    backend.reset_gpu(index)
-                    reset_performed = True
-                after = backend.read_gpu(index, with_profiles=False)['mig_mode']
+        for decision, clear in decisions:
+            gpu = decision.gpu
+            destroyed = [{'id': gi['id'], 'profile': gi['profile'], 'placement': gi['placement']} for gi in gpu['gpu_instances']] if clear else []
+            outcome = {'after': decision.after, 'reset_performed': decision.needs_reset, 'pending_reason': None}
+            if decision.changed and not module.check_mode:
+                if clear:
+                    apply_plan(backend, gpu, clear)
+                outcome = change_mode(backend, decision)
             results.append({
-                'index': index,
-                'uuid': decision.gpu['uuid'],
-                'before': dict(decision.gpu['mig_mode']),
-                'after': dict(after),
-                'reset_required': after['current'] != after['pending'],
-                'reset_performed': reset_performed,
+                'index': gpu['index'],
+                'uuid': gpu['uuid'],
+                'before': dict(gpu['mig_mode']),
+                'after': dict(outcome['after']),
+                'reset_required': outcome['after']['current'] != outcome['after']['pending'],
+                'reset_performed': outcome['reset_performed'],
+                'pending_reason': outcome['pending_reason'],
                 'destroyed_instances': destroyed,
-                'changed': decision.needs_set or bool(destroyed) or reset_performed,
+                'changed': decision.changed,
             })
 
-    changed = any(r['changed'] for r in results)
-    output = dict(changed=changed, gpus=results, skipped_gpus=skipped)
+    output = dict(changed=any(r['changed'] for r in results), gpus=results, skipped_gpus=skipped)
     if module._diff:
         output['diff'] = {
             'before': ''.join('GPU %d: current=%s pending=%s\n' % (r['index'], r['before']['current'], r['before']['pending']) for r in results),

@@ -14,7 +14,10 @@ import tempfile
 
 from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
 
-MIG_MODELS = ['A100-SXM4-40GB', 'A100-SXM4-80GB', 'A30', 'H100-SXM5-80GB', 'H100-NVL', 'H200', 'GH200-96GB', 'B200']
+# One simulated model per distinct MIG profile table (the PCIe and A800/H800 twins of a board share its
+# names and placements, so the planner and the modules would learn nothing new from them).
+MIG_MODELS = ['A100-SXM4-40GB', 'A100-SXM4-80GB', 'A30', 'H100-SXM5-80GB', 'H100-NVL', 'H20', 'H200', 'GH200-96GB', 'GH200-144GB',
+              'B200', 'GB200', 'B300', 'GB300', 'RTX-PRO-6000-SERVER']
 _CACHE = {}
 
 

@@ -20,8 +20,13 @@ def slices_of(profile, start):
     return set(range(start, start + profile['memory_slices']))
 
 
-def _is_media(name):
-    return name.endswith('+me')
+def _media_valid(names):
+    """At most one +me; a +me.all instance only beside -me instances."""
+    if sum(1 for n in names if n.endswith('+me')) > 1:
+        return False
+    takes_all = [n for n in names if n.endswith('+me.all')]
+    holders = [n for n in names if not n.endswith('-me')]
+    return not takes_all or len(holders) == 1
 
 
 def all_placements(gpu, fixed=()):
@@ -33,7 +38,6 @@ def all_placements(gpu, fixed=()):
     def valid(chosen):
         used = set()
         counts = {}
-        media = 0
         for name, start in chosen:
             taken = slices_of(profiles[name], start)
             if used & taken:
@@ -42,8 +46,7 @@ def all_placements(gpu, fixed=()):
             counts[name] = counts.get(name, 0) + 1
             if counts[name] > profiles[name]['max_count']:
                 return False
-            media += _is_media(name)
-        return media <= 1
+        return _media_valid([name for name, dummy in chosen])
 
     def grow(position, chosen):
         found.add(tuple(sorted(chosen)))

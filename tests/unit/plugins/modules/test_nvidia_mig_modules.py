@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 
+import gpufleet_nvml_sim as simulator
 import pytest
 
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode
@@ -48,7 +49,7 @@ def test_facts_on_every_model(simulated_host, run_module, model):
     facts = facts_of(run_module)
     gpu = facts['gpus'][0]
     assert gpu['mig_capable'] and gpu['mig_mode'] == ENABLED
-    assert gpu['free_slices'] == (4 if model == 'A30' else 8)
+    assert gpu['free_slices'] == simulator.MODELS[model]['memory_slices']
     assert gpu['stranded_slices'] == 0 and gpu['fragmentation'] == 0.0
     biggest = max(gpu['profiles'], key=lambda p: p['memory_slices'])
     assert gpu['largest_placeable'] == biggest['name']
@@ -96,18 +97,33 @@ def test_facts_selectors_and_non_capable_gpu(simulated_host, run_module):
 
 # ---- mode -------------------------------------------------------------------------
 
-def test_mode_ampere_stays_pending_until_reset(simulated_host, run_module):
+def test_mode_idle_ampere_applies_at_once(simulated_host, run_module):
+    # The driver resets an idle A100 itself: no GPU reset needed.
     host = simulated_host([{'model': 'A100-SXM4-80GB'}])
     result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
     assert not failed and result['changed']
-    assert result['gpus'][0]['after'] == {'current': 'disabled', 'pending': 'enabled'}
-    assert result['gpus'][0]['reset_required'] is True
+    assert result['gpus'][0]['after'] == ENABLED and not result['gpus'][0]['reset_required']
+    assert [c['call'] for c in mutating_calls(host)] == ['nvmlDeviceSetMigMode']
+
+
+@pytest.mark.parametrize('model', ['A100-SXM4-80GB', 'H100-SXM5-80GB'])
+def test_mode_held_by_a_client_stays_pending_with_the_reason(simulated_host, run_module, model):
+    host = simulated_host([{'model': model, 'clients': ['nvidia-persistenced']}])
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
+    assert not failed and result['changed']
+    gpu = result['gpus'][0]
+    assert gpu['after'] == {'current': 'disabled', 'pending': 'enabled'} and gpu['reset_required']
+    assert 'NVML_ERROR_IN_USE' in gpu['pending_reason'] and 'another client' in gpu['pending_reason']
+    # A reset is refused while the client holds the GPU: a clear failure, the mode still pending.
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
+    assert failed and 'reset' in result['msg']
+    assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'enabled'}
+    simulator.set_clients(host.path, 0, [])
     result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
     assert not failed and result['changed'] and result['gpus'][0]['reset_performed']
     assert result['gpus'][0]['after'] == ENABLED and not result['gpus'][0]['reset_required']
     result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
     assert not failed and not result['changed']
-    assert [c['call'] for c in mutating_calls(host)] == ['nvmlDeviceSetMigMode']
 
 
 def test_mode_hopper_applies_at_once(simulated_host, run_module):
@@ -215,7 +231,9 @@ def test_instance_on_disabled_mig_points_to_mode_module(simulated_host, run_modu
     result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'7g.80gb': 1}})
     assert failed and 'nvidia_mig_mode' in result['msg']
     planned, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'7g.80gb': 1}}, check_mode=True)
-    assert not failed and planned['gpus'][0]['assumed_empty'] and planned['changed']
+    assert not failed and planned['changed']
+    # NVML hides the profiles while MIG is off: the instances can only be planned once it is on.
+    assert planned['gpus'][0]['deferred'] and planned['gpus'][0]['after'] is None and 'after MIG is enabled' in planned['gpus'][0]['note']
     assert mutating_calls(host) == []
 
 

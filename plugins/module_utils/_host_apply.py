@@ -1,0 +1,237 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""The one host-side path from a declared layout to the GPUs: decide, apply, verify.
+
+nvidia_mig_layout and the boot-time apply both call :func:`converge`; the decision alone
+(:func:`decide`) is pure. No Ansible imports.
+
+Per GPU, in this order: the entries of the layout that match it (mig-parted rules, see
+_layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _mig_apply).
+NVML describes a GPU's profiles only while MIG is enabled, so a GPU whose MIG is still off is
+planned in two steps: the mode now, its instances "after MIG is enabled".
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+    LayoutConfigError,
+    choose_entry,
+    concrete_instances,
+    match_gpus,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, mode_name
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
+
+class LayoutRequest(object):
+    """What to converge to: the entries of one layout and how far the host may go.
+
+    ``allocated``: {GPU uuid: {GPU instance id: ['namespace/pod', ...]}}, instances that pods hold
+    (busy for the planner whether or not a process runs on them).
+    """
+
+    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, allocated=None):
+        self.name = name
+        self.entries = entries
+        self.unmatched = unmatched
+        self.allow_reset = allow_reset
+        self.allocated = allocated or {}
+
+
+class GpuDecision(object):
+    """What one matched GPU needs: its mode, and its instance plan (None until MIG is enabled)."""
+
+    def __init__(self, gpu, match, request):
+        self.gpu = gpu
+        self.match = match
+        self.wanted_enabled = match['mig_enabled']
+        self.mode = ModeDecision(gpu, self.wanted_enabled, request.allow_reset)
+        problem = self.mode.problem()
+        if problem:
+            raise PlanningError(problem)
+        self.allocated = request.allocated.get(gpu['uuid'], {})
+        self.instances = None
+        self.plan = None
+        self.deferred = False
+        if self.wanted_enabled:
+            # The entry may depend on the GPU's memory slices (pending match): known once MIG is on.
+            if gpu['mig_mode']['current'] == 'enabled' and not match['pending']:
+                self.instances = concrete_instances(match['mig_devices'], gpu)
+                self.plan = plan_gpu(gpu, self.instances, allocated=self.allocated)
+            else:
+                self.deferred = True
+        elif gpu['gpu_instances']:
+            # MIG goes off: every instance goes first (busy or allocated ones refuse here).
+            self.plan = plan_gpu(gpu, {}, allocated=self.allocated)
+
+    @property
+    def index(self):
+        return self.gpu['index']
+
+    @property
+    def in_layout(self):
+        return self.mode.in_effect and not self.deferred and not (self.plan and self.plan.changed)
+
+    @property
+    def reboot_required(self):
+        """The wanted mode is pending and nothing but a reset or reboot applies it."""
+        mode = self.gpu['mig_mode']
+        wanted = mode_name(self.wanted_enabled)
+        return mode['pending'] == wanted and mode['current'] != wanted
+
+    def actions(self):
+        """Mode steps and instance actions in the order they run (disabling: instances first)."""
+        mode_steps = []
+        if self.mode.needs_set:
+            mode_steps.append({'action': 'set_mig_mode', 'mode': self.mode.wanted})
+        if self.mode.needs_reset:
+            mode_steps.append({'action': 'reset_gpu', 'mode': self.mode.wanted})
+        instance_steps = list(self.plan.actions) if self.plan else []
+        if not self.wanted_enabled:
+            return instance_steps + mode_steps
+        return mode_steps + instance_steps
+
+    def destroyed_instances(self):
+        """The GPU instances the plan destroys, with the MIG device UUIDs workloads know them by."""
+        ids = set(a['gpu_instance_id'] for a in (self.plan.actions if self.plan else []) if a['action'] == 'destroy_gpu_instance')
+        return [{'id': gi['id'], 'profile': gi['profile'], 'placement': dict(gi['placement']),
+                 'mig_uuids': [ci.get('uuid') for ci in gi['compute_instances'] if ci.get('uuid')]}
+                for gi in self.gpu['gpu_instances'] if gi['id'] in ids]
+
+    def as_dict(self):
+        return {
+            'index': self.index,
+            'uuid': self.gpu['uuid'],
+            'name': self.gpu['name'],
+            'pci_device_id': self.gpu['pci_device_id'],
+            'entries': list(self.match['entries']),
+            'mig_enabled': self.wanted_enabled,
+            'mig_devices': self.match['mig_devices'],
+            'candidates': self.match['candidates'],
+            'instances': self.instances,
+            'mode': {'before': dict(self.gpu['mig_mode']), 'after': dict(self.mode.after)},
+            'in_layout': self.in_layout,
+            'reboot_required': self.reboot_required,
+            'deferred': self.deferred,
+            'note': DEFERRED_NOTE if self.deferred else None,
+            'before': layout_of(self.gpu),
+            'after': self.plan.after if self.plan else ([] if not self.wanted_enabled else None),
+            'actions': self.actions(),
+            'destroyed_instances': self.destroyed_instances(),
+            'free_space_after': self.plan.analysis if self.plan else None,
+        }
+
+
+class HostDecision(object):
+    """Every GPU of a host against one layout."""
+
+    def __init__(self, request, gpus, unmatched, skipped):
+        self.request = request
+        self.gpus = gpus
+        self.unmatched = unmatched
+        self.skipped = skipped
+
+    @property
+    def in_layout(self):
+        return all(g.in_layout for g in self.gpus)
+
+    @property
+    def reboot_required(self):
+        return any(g.reboot_required for g in self.gpus)
+
+
+def decide(host, request):
+    """Pure: the host's GPUs (backend read_host data) against ``request``. Raises on anything that
+    cannot be applied (a busy instance the layout drops, a profile the GPU does not offer, ...)."""
+    matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
+    by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
+    decisions = [GpuDecision(by_index[match['index']], match, request) for match in matched['gpus']]
+    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
+
+
+def in_layout_by_uuid(host, request):
+    """{GPU uuid: whether it holds the layout}, for the metrics. Unlike :func:`decide` it never raises
+    for one GPU: a GPU that cannot be brought to the layout (a busy instance in the way) is simply not
+    in it. GPUs no entry matches are left out (no layout applies to them)."""
+    try:
+        matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
+    except LayoutConfigError:
+        return {}
+    by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
+    result = {}
+    for match in matched['gpus']:
+        gpu = by_index[match['index']]
+        try:
+            result[gpu['uuid']] = GpuDecision(gpu, match, request).in_layout
+        except (LayoutConfigError, PlanningError):
+            result[gpu['uuid']] = False
+    return result
+
+
+@contextlib.contextmanager
+def _no_clients():
+    yield []
+
+
+def converge(backend, request, apply=True, hold_clients=None):
+    """Read, decide and (when ``apply``) bring the host to the layout, then verify it.
+
+    ``hold_clients``: a context manager factory that keeps the host's GPU clients stopped while the
+    GPUs change (the module stops systemd services; the boot unit runs before them). Returns
+    (decision before, decision after or None, actions done). A GPU whose mode stays pending
+    (reset not allowed or refused) ends ``reboot_required``; any other difference after the apply
+    is an ApplyError.
+    """
+    before = decide(backend.read_host(), request)
+    if not apply or before.in_layout:
+        return before, None, []
+    done = []
+    with (hold_clients or _no_clients)():
+        for gpu_decision in before.gpus:
+            if not gpu_decision.in_layout:
+                done.extend(_apply_gpu(backend, gpu_decision, request))
+    after = decide(backend.read_host(), request)
+    wrong = [g for g in after.gpus if not g.in_layout and not g.reboot_required]
+    if wrong:
+        raise ApplyError('after applying layout %s, GPU(s) %s do not hold it: %s' % (
+            request.name, ', '.join(str(g.index) for g in wrong),
+            '; '.join('GPU %d: %s' % (g.index, g.actions()) for g in wrong)), done, None)
+    return before, after, done
+
+
+def _apply_gpu(backend, decision, request):
+    index = decision.index
+    done = []
+    if not decision.wanted_enabled:
+        if decision.plan and decision.plan.changed:
+            actions, dummy = apply_plan(backend, decision.gpu, decision.plan)
+            done.extend(dict(a, gpu=index) for a in actions)
+        if decision.mode.changed:
+            done.append(dict(change_mode(backend, decision.mode), action='set_mig_mode', gpu=index))
+        return done
+    if decision.mode.changed:
+        outcome = change_mode(backend, decision.mode)
+        done.append(dict(outcome, action='set_mig_mode', gpu=index))
+        if outcome['reset_required']:
+            return done
+    plan = decision.plan
+    gpu = decision.gpu
+    if decision.deferred or decision.mode.changed:
+        gpu = backend.read_gpu(index)
+        match = choose_entry(decision.match, gpu, request.unmatched, layout=request.name)
+        if match['mig_devices'] is None:
+            # No entry fits the memory slices NVML now reports: the GPU is left as it is (as unmatched).
+            return done
+        plan = plan_gpu(gpu, concrete_instances(match['mig_devices'], gpu), allocated=decision.allocated)
+    if plan.changed:
+        actions, dummy = apply_plan(backend, gpu, plan)
+        done.extend(dict(a, gpu=index) for a in actions)
+    return done

@@ -1,0 +1,184 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""What nvidia_mig_layout keeps on the host for the boot-time apply and the metrics.
+
+The declared layout, the collection's host code (taken from the module's own payload, so the
+controller packs and copies nothing), the ``gpufleet-mig-apply`` command, the systemd units and the
+metrics textfile. Each file is written only when its content differs (sha256), atomically. No
+Ansible imports.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import json
+import os
+
+# The host code the boot unit and the metrics timer run: _boot_apply and everything it imports.
+# Importing them here is what puts them into nvidia_mig_layout's payload (AnsiballZ bundles the
+# module_utils a module imports); boot_code() reads them back from there.
+from ansible_collections.gpufleet.mig.plugins.module_utils import (
+    _boot_apply,
+    _host_apply,
+    _host_lock,
+    _layout_catalog,
+    _layout_metrics,
+    _mig_apply,
+    _mig_geometry,
+    _mig_mode,
+    _mig_planner,
+    _mig_profile,
+    _nvml_backend,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE, write_atomically
+
+PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
+_BOOT_MODULES = (_boot_apply, _host_apply, _host_lock, _layout_catalog, _layout_metrics, _mig_apply,
+                 _mig_geometry, _mig_mode, _mig_planner, _mig_profile, _nvml_backend)
+BOOT_CODE = tuple(module.__name__.rsplit('.', 1)[1] for module in _BOOT_MODULES)
+LAYOUT_UNIT = 'gpufleet-mig-layout.service'
+METRICS_SERVICE = 'gpufleet-mig-metrics.service'
+METRICS_TIMER = 'gpufleet-mig-metrics.timer'
+LAYOUT_FILE = 'layout.json'
+SCRIPT_NAME = 'gpufleet-mig-apply'
+_MANAGED = 'Managed by gpufleet.mig (nvidia_mig_layout); local changes are overwritten.'
+
+
+class HostPaths(object):
+    """Where the host's files go (module options; the simulated fleet points them into a state folder)."""
+
+    def __init__(self, config_dir, lib_dir, bin_dir, systemd_dir, metrics_dir, python, environment):
+        self.config_dir = config_dir
+        self.lib_dir = lib_dir
+        self.bin_dir = bin_dir
+        self.systemd_dir = systemd_dir
+        self.metrics_dir = metrics_dir
+        self.python = python
+        self.environment = dict(environment or {})
+
+    @property
+    def layout_file(self):
+        return os.path.join(self.config_dir, LAYOUT_FILE)
+
+    @property
+    def script(self):
+        return os.path.join(self.bin_dir, SCRIPT_NAME)
+
+    @property
+    def metrics_file(self):
+        return os.path.join(self.metrics_dir, METRICS_FILE) if self.metrics_dir else None
+
+
+def boot_code():
+    """{file name: source} of the host code, read from wherever this module was loaded (the payload)."""
+    sources = {}
+    for module in _BOOT_MODULES:
+        source = module.__loader__.get_source(module.__name__)
+        if source is None:
+            raise IOError('the source of %s is not available in this payload' % module.__name__)
+        sources[module.__name__.rsplit('.', 1)[1] + '.py'] = source if isinstance(source, str) else source.decode('utf-8')
+    return sources
+
+
+def declared_layout(request, decision):
+    """layout.json: what the boot unit converges to (the same request the module applied)."""
+    return json.dumps({
+        'name': request.name,
+        'entries': request.entries,
+        'unmatched': request.unmatched,
+        'allow_reset': request.allow_reset,
+        'gpus': [{'index': g.index, 'uuid': g.gpu['uuid'], 'mig_enabled': g.wanted_enabled, 'mig_devices': g.match['mig_devices']}
+                 for g in decision.gpus],
+    }, indent=2, sort_keys=True) + '\n'
+
+
+def _environment_lines(environment):
+    return ''.join('Environment=%s\n' % json.dumps('%s=%s' % (key, environment[key])) for key in sorted(environment))
+
+
+def boot_files(paths, request, decision, boot_unit, metrics_timer):
+    """(path, content, mode) of every file the host keeps, given the layout being declared."""
+    lib = os.path.join(paths.lib_dir, *PACKAGE.split('.'))
+    files = [(paths.layout_file, declared_layout(request, decision), 0o644)]
+    files.extend((os.path.join(lib, name), source, 0o644) for name, source in sorted(boot_code().items()))
+    files.append((paths.script, (
+        '# %s\n'
+        '# Run as "<python> <this file>" by the gpufleet.mig systemd units, so it needs no shebang.\n'
+        'import sys\n\n'
+        'sys.path.insert(0, %s)\n\n'
+        'from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import main  # noqa: E402\n\n'
+        'sys.exit(main())\n') % (_MANAGED, json.dumps(paths.lib_dir)), 0o755))
+    command = '%s %s' % (paths.python, paths.script)
+    metrics = ' --metrics-dir %s' % paths.metrics_dir if paths.metrics_dir else ''
+    if boot_unit:
+        files.append((os.path.join(paths.systemd_dir, LAYOUT_UNIT), (
+            '# %s\n'
+            '[Unit]\n'
+            'Description=gpufleet.mig: re-apply the declared MIG layout (%s)\n'
+            '# MIG instances vanish at reboot (Hopper and later also lose the MIG mode): recreate them\n'
+            '# before anything hands GPUs to workloads.\n'
+            'After=systemd-modules-load.service nvidia-persistenced.service\n'
+            'Before=kubelet.service containerd.service docker.service crio.service nvidia-dcgm.service dcgm-exporter.service\n'
+            'ConditionPathExists=%s\n\n'
+            '[Service]\n'
+            'Type=oneshot\n'
+            'RemainAfterExit=yes\n'
+            '%s'
+            'ExecStart=%s apply --layout %s%s\n'
+            'TimeoutStartSec=600\n\n'
+            '[Install]\n'
+            'WantedBy=multi-user.target\n') % (_MANAGED, request.name, paths.layout_file, _environment_lines(paths.environment),
+                                               command, paths.layout_file, metrics), 0o644))
+    if metrics_timer and paths.metrics_dir:
+        files.append((os.path.join(paths.systemd_dir, METRICS_SERVICE), (
+            '# %s\n'
+            '[Unit]\n'
+            'Description=gpufleet.mig: refresh the MIG metrics (read-only)\n'
+            'ConditionPathExists=%s\n\n'
+            '[Service]\n'
+            'Type=oneshot\n'
+            '%s'
+            '# A short lock wait: a layout change holds the lock, and the next tick comes in a minute.\n'
+            'ExecStart=%s metrics --layout %s%s --lock-timeout 5\n') % (
+                _MANAGED, paths.layout_file, _environment_lines(paths.environment), command, paths.layout_file, metrics), 0o644))
+        files.append((os.path.join(paths.systemd_dir, METRICS_TIMER), (
+            '# %s\n'
+            '[Unit]\n'
+            'Description=gpufleet.mig: refresh the MIG metrics every minute\n\n'
+            '[Timer]\n'
+            'OnBootSec=1min\n'
+            'OnUnitActiveSec=1min\n'
+            'AccuracySec=5s\n\n'
+            '[Install]\n'
+            'WantedBy=timers.target\n') % _MANAGED, 0o644))
+    return files
+
+
+def _digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def differs(path, content):
+    """Whether ``path`` is missing or holds other content (compared by sha256)."""
+    try:
+        with open(path, 'rb') as handle:
+            return _digest(handle.read()) != _digest(content.encode('utf-8'))
+    except (IOError, OSError):
+        return True
+
+
+def sync(files, check_mode):
+    """Write each (path, content, mode) whose content differs; returns the paths that (would) change."""
+    changed = []
+    for path, content, mode in files:
+        if differs(path, content):
+            changed.append(path)
+            if not check_mode:
+                write_atomically(path, content, mode)
+    return changed

@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""MIG mode of one GPU: the decision (pure) and the change (through the backend).
+
+The one copy of the mode logic: nvidia_mig_mode, nvidia_mig_layout and the boot-time apply all
+use it. How the driver behaves (mig-geometry reference, "Corrections"): ``nvmlDeviceSetMigMode``
+applies at once on an idle GPU (on Ampere the driver resets the GPU itself); when another client
+holds the GPU (a process, nvidia-persistenced, DCGM, nvidia_drm) the call still succeeds, the mode
+stays pending and the activation status is NVML_ERROR_IN_USE. A GPU reset then applies it, once
+the GPU is idle. Disabling MIG needs every GPU instance gone first (the caller destroys them).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# Why a mode can stay pending, for messages (activation status -> explanation).
+_PENDING_REASONS = {
+    'NVML_ERROR_IN_USE': 'another client holds the GPU (a process, nvidia-persistenced, DCGM or nvidia_drm)',
+    'NVML_ERROR_RESET_REQUIRED': 'the driver asks for a GPU reset (e.g. under GPU passthrough)',
+}
+
+
+def mode_name(enabled):
+    return 'enabled' if enabled else 'disabled'
+
+
+def gpu_pids(gpu):
+    """Every process on a GPU: its own (MIG off) and those of its compute instances."""
+    pids = set(p['pid'] for p in gpu.get('processes') or [])
+    for gi in gpu.get('gpu_instances') or []:
+        for ci in gi['compute_instances']:
+            pids.update(p['pid'] for p in ci['processes'])
+    return sorted(pids)
+
+
+def pending_reason(activation_status):
+    if not activation_status:
+        return None
+    return '%s (%s)' % (_PENDING_REASONS.get(activation_status, 'the driver did not apply it'), activation_status)
+
+
+class ModeDecision(object):
+    """What one GPU needs to end with MIG ``wanted``: pure, from its current state.
+
+    ``after`` is the predicted mode; the change itself reports what NVML says. Processes on the
+    GPU block any change (the driver would refuse or leave it pending; a reset needs an idle GPU).
+    """
+
+    def __init__(self, gpu, wanted_enabled, allow_reset):
+        self.gpu = gpu
+        self.wanted = mode_name(wanted_enabled)
+        self.allow_reset = allow_reset
+        mode = gpu['mig_mode']
+        self.needs_set = mode['pending'] != self.wanted
+        # Idle: the set applies at once. Already pending: only a reset applies it.
+        self.needs_reset = allow_reset and not self.needs_set and mode['current'] != self.wanted
+        current_after = self.wanted if (self.needs_set or self.needs_reset) else mode['current']
+        self.after = {'current': current_after, 'pending': self.wanted}
+        self.pids = gpu_pids(gpu)
+
+    @property
+    def changed(self):
+        return self.needs_set or self.needs_reset
+
+    @property
+    def in_effect(self):
+        """Mode already as wanted, current and pending."""
+        return self.gpu['mig_mode'] == {'current': self.wanted, 'pending': self.wanted}
+
+    def problem(self):
+        """Why this GPU's mode cannot be changed now, or None."""
+        if self.changed and self.pids:
+            return 'GPU %d (%s): processes %s use the GPU; stop them before changing MIG mode' % (
+                self.gpu['index'], self.gpu['uuid'], self.pids)
+        return None
+
+
+def change_mode(backend, decision):
+    """Set the mode (and reset the idle GPU when allowed and still pending); returns what happened.
+
+    Returns {before, after, activation_status, reset_performed, reset_required, pending_reason}.
+    """
+    index = decision.gpu['index']
+    before = dict(decision.gpu['mig_mode'])
+    status = None
+    if decision.needs_set:
+        status = backend.set_mig_mode(index, decision.wanted == 'enabled')
+    after = backend.read_mode(index)
+    reset_performed = False
+    if after['current'] != decision.wanted and decision.allow_reset:
+        backend.reset_gpu(index)
+        reset_performed = True
+        after = backend.read_mode(index)
+    reset_required = after['current'] != after['pending']
+    reason = None
+    if reset_required:
+        reason = pending_reason(status) or ('a GPU reset is not allowed' if not decision.allow_reset else 'the reset did not apply it')
+    return {
+        'before': before,
+        'after': after,
+        'activation_status': status,
+        'reset_performed': reset_performed,
+        'reset_required': reset_required,
+        'pending_reason': reason,
+    }

@@ -1,0 +1,466 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: nvidia_mig_layout
+short_description: Bring every GPU of a host to a named MIG layout in one call, and keep it there across reboots
+version_added: 0.2.0
+description:
+  - Takes a MIG layout in NVIDIA mig-parted's v1 format (the C(mig-configs) mapping, at least the layout named by
+    O(name)), matches its entries to the GPUs of the host as mig-parted does, and plans the MIG mode and the
+    instances of every GPU with the collection's placement planner. Everything is decided before the first change;
+    busy instances (running processes, or allocated to a pod) are never destroyed.
+  - Unless O(apply=false) or check mode, applies the plan (mode, a reset of an idle GPU when allowed, instances)
+    and verifies the result by reading the GPUs again.
+  - NVML describes a GPU's profiles only while MIG is enabled. A GPU whose MIG is still off is planned in two steps
+    (RV(gpus[].deferred)), its instances once the mode step has enabled MIG.
+  - Keeps what the boot-time re-apply needs on the host, each file written only when its content differs. That is the
+    declared layout, the collection's host code (taken from this module's own payload), the C(gpufleet-mig-apply)
+    command, the systemd boot unit, and optionally the metrics textfile with its refresh timer.
+  - Stops the host's GPU clients (systemd services such as DCGM) while the GPUs change, and starts them again.
+  - Refuses to act when another owner of MIG (the C(nvidia-mig-manager) service) runs or is enabled.
+extends_documentation_fragment:
+  - gpufleet.mig.nvml
+options:
+  name:
+    description: The layout to apply, a key of O(config).
+    type: str
+    required: true
+  config:
+    description:
+      - The C(mig-configs) mapping of a mig-parted v1 file (layout name to a list of entries with C(devices),
+        C(device-filter), C(mig-enabled) and C(mig-devices)), or just the layout named by O(name).
+      - The layout named by O(name) is validated strictly; problems in other layouts are reported in
+        RV(layout_problems).
+    type: dict
+    required: true
+  apply:
+    description: V(false) decides and reports without changing any GPU (the files are still kept current).
+    type: bool
+    default: true
+  allow_reset:
+    description: Reset an idle GPU whose MIG mode change stays pending (also at boot).
+    type: bool
+    default: true
+  unmatched:
+    description:
+      - What to do with a MIG-capable GPU that no entry of the layout matches.
+      - V(ignore) leaves it as it is, as mig-parted does, and reports it in RV(unmatched_gpus); V(fail) fails.
+    type: str
+    choices: [ignore, fail]
+    default: ignore
+  gpu_clients:
+    description: systemd services that hold the GPUs; those running are stopped while the GPUs change and started after.
+    type: list
+    elements: str
+    default: []
+  other_owner_units:
+    description: systemd units that own MIG when running or enabled (another owner would undo our layouts).
+    type: list
+    elements: str
+    default: [nvidia-mig-manager.service]
+  allow_other_owner:
+    description: Act even when one of O(other_owner_units) runs or is enabled.
+    type: bool
+    default: false
+  systemd:
+    description:
+      - The host runs systemd. V(false) skips every systemctl call (enabling units, GPU clients, the owner check);
+        the unit files are still written.
+    type: bool
+    default: true
+  boot_persistence:
+    description: Install and enable the systemd unit that re-applies the declared layout at boot.
+    type: bool
+    default: true
+  config_dir:
+    description: Folder of the declared layout C(layout.json) and the last apply record.
+    type: path
+    default: /etc/gpufleet-mig
+  lib_dir:
+    description: Folder the collection's host code goes to (the boot unit and the metrics timer run it).
+    type: path
+    default: /usr/local/lib/gpufleet-mig
+  bin_dir:
+    description: Folder of the C(gpufleet-mig-apply) command.
+    type: path
+    default: /usr/local/sbin
+  systemd_dir:
+    description: Folder of the unit files.
+    type: path
+    default: /etc/systemd/system
+  python:
+    description: Python that runs the boot unit and the metrics timer (needs nvidia-ml-py); empty is the one running this module.
+    type: str
+    default: ''
+  boot_environment:
+    description: Environment of the boot unit and the metrics timer.
+    type: dict
+    default: {}
+  metrics_dir:
+    description:
+      - Prometheus textfile-collector folder for C(gpufleet_mig.prom), refreshed by this module and, with O(systemd),
+        every minute by a timer. Empty writes no metrics.
+    type: str
+    default: ''
+  record_failure:
+    description:
+      - Record a failed apply with this message (for the metrics and the last apply record) and change nothing else.
+        For the role, when a step outside this module failed.
+    type: str
+    default: ''
+attributes:
+  check_mode:
+    support: full
+    description: Decides and reports the same plan and the files that would change; calls no mutating NVML function.
+  diff_mode:
+    support: full
+    description: Shows each GPU's mode and instances before and after.
+author:
+  - gpufleet.mig developers (@gpufleet)
+seealso:
+  - module: gpufleet.mig.nvidia_mig_instance
+  - module: gpufleet.mig.nvidia_mig_mode
+  - module: gpufleet.mig.nvidia_mig_facts
+'''
+
+EXAMPLES = r'''
+- name: Decide only - does this host differ from the nighttime layout?
+  gpufleet.mig.nvidia_mig_layout:
+    name: nighttime
+    config: "{{ lookup('ansible.builtin.file', 'catalog.yml') | from_yaml | json_query('\"mig-configs\"') }}"
+    apply: false
+  register: decision
+
+- name: Apply it (the GPU clients are stopped while the GPUs change)
+  gpufleet.mig.nvidia_mig_layout:
+    name: nighttime
+    config:
+      nighttime:
+        - devices: all
+          mig-enabled: true
+          mig-devices:
+            3g.40gb: 2
+    gpu_clients: [nvidia-dcgm.service, dcgm-exporter.service]
+    metrics_dir: /var/lib/node_exporter/textfile_collector
+  when: not decision.in_layout
+'''
+
+RETURN = r'''
+layout:
+  description: The layout name.
+  returned: always
+  type: str
+in_layout:
+  description: Every matched GPU holds the layout (after the apply; as found, with O(apply=false) or in check mode).
+  returned: always
+  type: bool
+reboot_required:
+  description: A MIG mode change is pending and only a GPU reset (not allowed or refused) or a reboot applies it.
+  returned: always
+  type: bool
+gpus:
+  description: One entry per GPU that an entry of the layout matches, as decided before the change.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: NVML index.
+      type: int
+    uuid:
+      description: GPU UUID.
+      type: str
+    name:
+      description: Model name as NVML reports it.
+      type: str
+    pci_device_id:
+      description: PCI device id in mig-parted form.
+      type: str
+    entries:
+      description: Positions of the layout's entries that match this GPU (the last one wins).
+      type: list
+      elements: int
+    mig_enabled:
+      description: The MIG mode the layout wants.
+      type: bool
+    mig_devices:
+      description: The C(mig-devices) of the winning entry, as written.
+      type: dict
+    instances:
+      description: Those instances resolved to the profiles this GPU offers; null until MIG is enabled.
+      type: dict
+    mode:
+      description: MIG mode C(before) and C(after) (predicted), each with C(current) and C(pending).
+      type: dict
+    in_layout:
+      description: Mode and instances already as the layout wants.
+      type: bool
+    reboot_required:
+      description: The wanted mode is pending.
+      type: bool
+    deferred:
+      description: MIG is still off, so the instances are planned after the mode step (RV(gpus[].note)).
+      type: bool
+    note:
+      description: Why the instances are not planned yet, or null.
+      type: str
+    before:
+      description: GPU instances before, sorted by placement.
+      type: list
+      elements: dict
+    after:
+      description: GPU instances the plan ends with; null when deferred.
+      type: list
+      elements: dict
+    actions:
+      description: The planned steps in order (C(set_mig_mode), C(reset_gpu), instance destroys and creates).
+      type: list
+      elements: dict
+    destroyed_instances:
+      description: GPU instances the plan destroys, with the MIG device UUIDs workloads know them by.
+      type: list
+      elements: dict
+    free_space_after:
+      description: Free-space figures after the plan; null when deferred.
+      type: dict
+actions:
+  description: What was done (empty with O(apply=false), in check mode and when in layout), each with its C(gpu).
+  returned: always
+  type: list
+  elements: dict
+unmatched_gpus:
+  description: MIG-capable GPUs no entry matches, left as they are, with the reason.
+  returned: always
+  type: list
+  elements: dict
+skipped_gpus:
+  description: GPUs without MIG that are left alone.
+  returned: always
+  type: list
+  elements: dict
+layout_problems:
+  description: Problems found in the other layouts of O(config) (not applied, so not fatal), by layout name.
+  returned: always
+  type: dict
+files:
+  description: Files on the host that changed (would change, in check mode).
+  returned: always
+  type: list
+  elements: str
+clients_stopped:
+  description: GPU client services stopped during the change and started again.
+  returned: always
+  type: list
+  elements: str
+'''
+
+import contextlib
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.mig.plugins.module_utils import _host_files
+from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import metrics_content, record_apply
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, layout_problems, validate_configs
+from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
+    COMMON_ARGUMENT_SPEC,
+    layout_lines,
+    nvml_session,
+    run_module,
+)
+
+
+class Systemd(object):
+    """The few systemctl calls the module makes, as argument lists; a no-op where systemd does not run."""
+
+    def __init__(self, module, enabled):
+        self.module = module
+        self.enabled = enabled
+        self.command = module.get_bin_path('systemctl', required=enabled) if enabled else None
+
+    def _run(self, *args):
+        return self.module.run_command([self.command] + list(args))
+
+    def is_active(self, unit):
+        return self.enabled and self._run('is-active', '--quiet', unit)[0] == 0
+
+    def is_enabled(self, unit):
+        return self.enabled and self._run('is-enabled', '--quiet', unit)[0] == 0
+
+    def must(self, *args):
+        rc, out, err = self._run(*args)
+        if rc != 0:
+            self.module.fail_json(msg='systemctl %s failed (rc=%d): %s' % (' '.join(args), rc, (err or out).strip()))
+
+    @contextlib.contextmanager
+    def stopped(self, units):
+        """Stop the running units among ``units`` for the duration; start them again even on failure."""
+        stopped = []
+        try:
+            for unit in units:
+                if self.is_active(unit):
+                    self.must('stop', unit)
+                    stopped.append(unit)
+            yield stopped
+        finally:
+            for unit in reversed(stopped):
+                self.must('start', unit)
+
+
+def paths_of(params):
+    return _host_files.HostPaths(params['config_dir'], params['lib_dir'], params['bin_dir'], params['systemd_dir'],
+                                 params['metrics_dir'], params['python'] or sys.executable, params['boot_environment'])
+
+
+def keep_files(module, systemd, paths, request, decision):
+    """Write the boot-time files that differ; enable the units (a changed unit reloads systemd first)."""
+    params = module.params
+    files = _host_files.boot_files(paths, request, decision, params['boot_persistence'], systemd.enabled)
+    changed = _host_files.sync(files, module.check_mode)
+    units = []
+    if params['boot_persistence']:
+        units.append(_host_files.LAYOUT_UNIT)
+    if systemd.enabled and paths.metrics_dir:
+        units.append(_host_files.METRICS_TIMER)
+    if systemd.enabled and units and not module.check_mode:
+        if any(path.startswith(paths.systemd_dir) for path in changed):
+            systemd.must('daemon-reload')
+        for unit in units:
+            if not systemd.is_enabled(unit):
+                systemd.must('enable', '--now', unit) if unit.endswith('.timer') else systemd.must('enable', unit)
+                changed.append('systemd:%s enabled' % unit)
+    return changed
+
+
+def refresh_metrics(module, backend, paths, request):
+    """The metrics textfile (bookkeeping: never reported as a change)."""
+    if paths.metrics_dir and not module.check_mode:
+        _host_files.sync([(paths.metrics_file, metrics_content(backend.read_host(), request, paths.config_dir), 0o644)], False)
+
+
+def other_owners(module, systemd):
+    if module.params['allow_other_owner']:
+        return []
+    return [unit for unit in module.params['other_owner_units'] if systemd.is_active(unit) or systemd.is_enabled(unit)]
+
+
+def diff_of(decision, after):
+    before_lines = []
+    after_lines = []
+    final = dict((g.index, g) for g in (after.gpus if after else []))
+    for gpu in decision.gpus:
+        mode = gpu.gpu['mig_mode']
+        before_lines.append('GPU %d: MIG current=%s pending=%s' % (gpu.index, mode['current'], mode['pending']))
+        before_lines.extend(layout_lines(gpu.index, gpu.as_dict()['before']))
+        end = final.get(gpu.index)
+        if end is not None:
+            after_mode, after_layout = end.gpu['mig_mode'], end.as_dict()['before']
+        else:
+            after_mode, after_layout = gpu.mode.after, gpu.as_dict()['after']
+        after_lines.append('GPU %d: MIG current=%s pending=%s' % (gpu.index, after_mode['current'], after_mode['pending']))
+        if after_layout is None:
+            after_lines.append('GPU %d: (%s)' % (gpu.index, gpu.as_dict()['note']))
+        else:
+            after_lines.extend(layout_lines(gpu.index, after_layout))
+    return {'before': ''.join(line + '\n' for line in before_lines), 'after': ''.join(line + '\n' for line in after_lines)}
+
+
+def main_body(module):
+    params = module.params
+    configs = validate_configs(params['config'])
+    entries = check_layout(configs, params['name'])
+    problems = layout_problems(configs, skip=params['name'])
+    request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'])
+    paths = paths_of(params)
+    systemd = Systemd(module, params['systemd'])
+
+    if params['record_failure']:
+        if not module.check_mode:
+            with nvml_session(module) as backend:
+                record_apply(paths.config_dir, request.name, 'failed', 'ansible', params['record_failure'])
+                refresh_metrics(module, backend, paths, request)
+        module.exit_json(changed=False, layout=request.name, recorded=params['record_failure'])
+
+    owners = other_owners(module, systemd)
+    if owners:
+        module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
+                             'or set allow_other_owner if you know what you are doing.' % ', '.join(owners), other_owners=owners)
+
+    apply = params['apply'] and not module.check_mode
+    clients = []
+
+    @contextlib.contextmanager
+    def hold_clients():
+        with systemd.stopped(params['gpu_clients']) as stopped:
+            yield stopped
+            clients.extend(stopped)
+
+    with nvml_session(module, exclusive=not module.check_mode) as backend:
+        try:
+            before, after, done = converge(backend, request, apply=apply, hold_clients=hold_clients)
+        except Exception as exc:  # recorded for the metrics, then reported by run_module
+            if apply:
+                record_apply(paths.config_dir, request.name, 'failed', 'ansible', str(exc))
+                refresh_metrics(module, backend, paths, request)
+            raise
+        if done:
+            record_apply(paths.config_dir, request.name, 'success', 'ansible')
+        files = keep_files(module, systemd, paths, request, before)
+        refresh_metrics(module, backend, paths, request)
+    final = after or before
+    for gpu in before.unmatched:
+        module.warn('GPU %s (%s) is left as it is: %s' % (gpu['index'], gpu.get('name'), gpu['reason']))
+    output = dict(
+        changed=bool(done) or bool(files) or (module.check_mode and params['apply'] and not before.in_layout),
+        layout=request.name,
+        in_layout=final.in_layout,
+        reboot_required=final.reboot_required,
+        gpus=[g.as_dict() for g in before.gpus],
+        actions=done,
+        unmatched_gpus=before.unmatched,
+        skipped_gpus=before.skipped,
+        layout_problems=problems,
+        files=files,
+        clients_stopped=clients,
+    )
+    if module._diff:
+        output['diff'] = diff_of(before, after)
+    module.exit_json(**output)
+
+
+def main():
+    argument_spec = dict(
+        name=dict(type='str', required=True),
+        config=dict(type='dict', required=True),
+        apply=dict(type='bool', default=True),
+        allow_reset=dict(type='bool', default=True),
+        unmatched=dict(type='str', default='ignore', choices=['ignore', 'fail']),
+        gpu_clients=dict(type='list', elements='str', default=[]),
+        other_owner_units=dict(type='list', elements='str', default=['nvidia-mig-manager.service']),
+        allow_other_owner=dict(type='bool', default=False),
+        systemd=dict(type='bool', default=True),
+        boot_persistence=dict(type='bool', default=True),
+        config_dir=dict(type='path', default='/etc/gpufleet-mig'),
+        lib_dir=dict(type='path', default='/usr/local/lib/gpufleet-mig'),
+        bin_dir=dict(type='path', default='/usr/local/sbin'),
+        systemd_dir=dict(type='path', default='/etc/systemd/system'),
+        python=dict(type='str', default=''),
+        boot_environment=dict(type='dict', default={}),
+        metrics_dir=dict(type='str', default=''),
+        record_failure=dict(type='str', default=''),
+    )
+    argument_spec.update(COMMON_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    run_module(module, main_body)
+
+
+if __name__ == '__main__':
+    main()
