@@ -3,8 +3,8 @@
 """Planner benchmark: prints figures measured side by side in one run.
 
 On a seeded corpus of transitions across every MIG model, with random busy instances,
-compares gpufleet.mig's planner, a clear-all-and-recreate baseline (what mig-parted does)
-and the brute-force minimum. Then times a no-op nvidia_mig_instance run on a simulated
+compares gpufleet.mig's planner, a clear-all-and-recreate baseline (what mig-parted does: a GPU
+whose counts already match is left alone, any other is cleared) and the brute-force minimum. Then times a no-op nvidia_mig_instance run on a simulated
 8-GPU host and counts its NVML calls.
 
 Run: make benchmark   (or: PYTHONPATH=build/collections .venv/bin/python benchmarks/planner.py)
@@ -23,10 +23,14 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu
-from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS, model_gpu
-from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.oracle import (
+# The NVML simulator is a package of its own in the repository's simulator/ folder.
+SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'simulator')
+sys.path.insert(0, SIMULATOR_DIR)
+
+from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu  # noqa: E402
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS, model_gpu  # noqa: E402
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.oracle import (  # noqa: E402
     all_placements,
     brute_force_min_destroyed,
     counts_of,
@@ -47,8 +51,11 @@ def corpus(size, seed):
         yield model, state, target
 
 
-def clear_all_baseline(state):
-    """mig-parted: clear every instance of the GPU, then create the layout."""
+def clear_all_baseline(state, target):
+    """mig-parted: a GPU whose instance counts already match passes its assert and is left alone;
+    any other is cleared of every instance, then the layout is created."""
+    if counts_of((gi['profile'], gi['placement']['start']) for gi in state['gpu_instances']) == target:
+        return 0
     busy = [gi for gi in state['gpu_instances'] if gi['busy']]
     if busy:
         return None  # reaching the target means killing busy instances
@@ -89,7 +96,7 @@ def bench_planner(size, seed):
             mismatches += minimum != destroyed
         else:
             mismatches += minimum is not None
-        cleared = clear_all_baseline(state)
+        cleared = clear_all_baseline(state, target)
         if cleared is not None:
             baseline_reached += 1
             baseline_destroyed.append(cleared)
@@ -156,7 +163,7 @@ def bench_noop_ansible(state_path, gpus):
         return
     command = [ansible, 'localhost', '-c', 'local', '-e', 'ansible_python_interpreter=%s' % sys.executable,
                '-m', 'gpufleet.mig.nvidia_mig_instance', '-a', '{"gpus": ["all"], "instances": {"1g.10gb": 7}}']
-    environment = dict(os.environ, GPUFLEET_MIG_SIMULATOR=state_path, ANSIBLE_LOCALHOST_WARNING='false',
+    environment = dict(os.environ, GPUFLEET_MIG_SIMULATOR=state_path, PYTHONPATH=SIMULATOR_DIR, ANSIBLE_LOCALHOST_WARNING='false',
                        ANSIBLE_INVENTORY_UNPARSED_WARNING='false')
     runs = []
     for dummy in range(3):

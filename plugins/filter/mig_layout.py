@@ -43,9 +43,9 @@ def mig_layout_problems(configs, skip=None, document=False):
         raise AnsibleFilterError('invalid MIG layout configuration: %s' % exc)
 
 
-def mig_layout_gpu_pods(pods):
-    """The pods that hold GPUs or MIG devices (namespace and name), DaemonSet pods left out."""
-    return gpu_pods(pods)
+def mig_layout_gpu_pods(pods, names=None):
+    """The pods that hold GPUs or MIG devices (namespace and name), DaemonSet pods left out; only ``names`` if given."""
+    return gpu_pods(pods, names)
 
 
 class FilterModule(object):

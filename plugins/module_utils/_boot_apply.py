@@ -27,9 +27,17 @@ from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge, in_layout_by_uuid
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockTimeout
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import LayoutConfigError, check_layout, validate_configs
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE, render, write_atomically
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import (
+    METRICS_FILE,
+    accumulate_stranded,
+    render,
+    stranded_figures,
+    write_atomically,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import PodResourcesUnavailable, allocations_of, list_pod_devices
 
 LAST_APPLY_FILE = 'last_apply.json'
+STRANDED_FILE = 'stranded_slice_seconds.json'
 
 
 class BootApplyError(Exception):
@@ -78,23 +86,28 @@ def read_last_apply(config_dir):
         return None
 
 
-def metrics_content(host, request, config_dir):
-    """The metrics textfile for ``host`` against the declared ``request`` (None: no layout declared)."""
-    in_layout = in_layout_by_uuid(host, request) if request else {}
-    return render(host, request.name if request else None, in_layout, read_last_apply(config_dir))
+def metrics_content(host, request, config_dir, pod_devices=None):
+    """The metrics textfile for ``host`` against the declared ``request``; also adds the stranded
+    slice-seconds since the last refresh to the totals kept beside the declared layout."""
+    in_layout = in_layout_by_uuid(host, request)
+    totals = accumulate_stranded(os.path.join(config_dir, STRANDED_FILE), stranded_figures(host), time.time())
+    return render(host, request.name, in_layout, read_last_apply(config_dir), allocations_of(host, pod_devices or []), totals)
 
 
-def write_metrics(backend, metrics_dir, request, config_dir):
-    """Rewrite the textfile when its content differs; returns the content."""
-    content = metrics_content(backend.read_host(), request, config_dir)
-    path = os.path.join(metrics_dir, METRICS_FILE)
+def _pod_devices(socket_path):
+    """What the kubelet says pods hold; nothing where it cannot be asked (no kubelet, no grpcio)."""
+    if not socket_path or not os.path.exists(socket_path):
+        return []
     try:
-        with open(path) as handle:
-            if handle.read() == content:
-                return content
-    except (IOError, OSError):
-        pass
-    write_atomically(path, content)
+        return [d for d in list_pod_devices(socket_path) if d['resource'].startswith('nvidia.com/')]
+    except PodResourcesUnavailable:
+        return []
+
+
+def write_metrics(backend, metrics_dir, request, config_dir, pod_resources_socket=None):
+    """Rewrite the textfile; returns the content."""
+    content = metrics_content(backend.read_host(), request, config_dir, _pod_devices(pod_resources_socket))
+    write_atomically(os.path.join(metrics_dir, METRICS_FILE), content)
     return content
 
 
@@ -106,7 +119,7 @@ def main(argv=None):
     parser.add_argument('--lock-timeout', type=int, default=300)
     args = parser.parse_args(argv)
     try:
-        dummy, request = load_layout(args.layout)
+        layout, request = load_layout(args.layout)
     except BootApplyError as exc:
         sys.stderr.write('gpufleet-mig: %s\n' % exc)
         return 2
@@ -131,7 +144,7 @@ def main(argv=None):
                         sys.stderr.write('gpufleet-mig: layout %s not applied: %s\n' % (request.name, exc))
                         status = 1
                 if args.metrics_dir:
-                    write_metrics(backend, args.metrics_dir, request, config_dir)
+                    write_metrics(backend, args.metrics_dir, request, config_dir, layout.get('pod_resources_socket'))
             finally:
                 backend.close()
     except LockTimeout as exc:

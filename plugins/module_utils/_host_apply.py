@@ -30,34 +30,50 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of
 
 class LayoutRequest(object):
     """What to converge to: the entries of one layout and how far the host may go.
 
-    ``allocated``: {GPU uuid: {GPU instance id: ['namespace/pod', ...]}}, instances that pods hold
-    (busy for the planner whether or not a process runs on them).
+    ``pod_devices``: the kubelet's pod-resources allocations (_pod_resources.list_pod_devices), and
+    ``pid_pods``: pods found through the cgroups of GPU processes (_pod_resources.pods_of_pids),
+    for where pod-resources cannot be read (see :func:`allocations_of`). Instances that pods hold
+    are busy for the planner whether or not a process runs on them. With ``evictable`` (the role's in-place switch
+    on a Kubernetes node) the plan may still take them, as few as possible, and names the pods to
+    evict before the apply; the apply itself never runs with ``evictable``.
     """
 
-    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, allocated=None):
+    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evictable=False):
         self.name = name
         self.entries = entries
         self.unmatched = unmatched
         self.allow_reset = allow_reset
-        self.allocated = allocated or {}
+        self.pod_devices = pod_devices or []
+        self.pid_pods = pid_pods or {}
+        self.evictable = evictable
 
 
 class GpuDecision(object):
     """What one matched GPU needs: its mode, and its instance plan (None until MIG is enabled)."""
 
-    def __init__(self, gpu, match, request):
+    def __init__(self, gpu, match, request, allocations):
         self.gpu = gpu
         self.match = match
         self.wanted_enabled = match['mig_enabled']
         self.mode = ModeDecision(gpu, self.wanted_enabled, request.allow_reset)
+        held = allocations.get(gpu['uuid'], {})
+        self.allocated = held.get('instances', {})
+        self.evictable = request.evictable
+        # Pods holding the whole GPU: a mode change needs them gone (their processes are theirs).
+        self.gpu_pods = list(held.get('gpu', [])) if self.mode.changed else []
         problem = self.mode.problem()
+        if self.gpu_pods and not self.evictable:
+            problem = 'GPU %d (%s) is allocated to pod(s) %s; the MIG mode cannot change under them' % (
+                gpu['index'], gpu['uuid'], ', '.join(self.gpu_pods))
+        elif self.gpu_pods:
+            problem = None
         if problem:
             raise PlanningError(problem)
-        self.allocated = request.allocated.get(gpu['uuid'], {})
         self.instances = None
         self.plan = None
         self.deferred = False
@@ -65,12 +81,12 @@ class GpuDecision(object):
             # The entry may depend on the GPU's memory slices (pending match): known once MIG is on.
             if gpu['mig_mode']['current'] == 'enabled' and not match['pending']:
                 self.instances = concrete_instances(match['mig_devices'], gpu)
-                self.plan = plan_gpu(gpu, self.instances, allocated=self.allocated)
+                self.plan = plan_gpu(gpu, self.instances, allocated=self.allocated, evictable=self.evictable)
             else:
                 self.deferred = True
         elif gpu['gpu_instances']:
             # MIG goes off: every instance goes first (busy or allocated ones refuse here).
-            self.plan = plan_gpu(gpu, {}, allocated=self.allocated)
+            self.plan = plan_gpu(gpu, {}, allocated=self.allocated, evictable=self.evictable)
 
     @property
     def index(self):
@@ -100,11 +116,20 @@ class GpuDecision(object):
         return mode_steps + instance_steps
 
     def destroyed_instances(self):
-        """The GPU instances the plan destroys, with the MIG device UUIDs workloads know them by."""
+        """The GPU instances the plan destroys, with the MIG device UUIDs workloads know them by and their pods."""
         ids = set(a['gpu_instance_id'] for a in (self.plan.actions if self.plan else []) if a['action'] == 'destroy_gpu_instance')
         return [{'id': gi['id'], 'profile': gi['profile'], 'placement': dict(gi['placement']),
-                 'mig_uuids': [ci.get('uuid') for ci in gi['compute_instances'] if ci.get('uuid')]}
+                 'mig_uuids': [ci.get('uuid') for ci in gi['compute_instances'] if ci.get('uuid')],
+                 'allocated_to': list(self.allocated.get(gi['id'], []))}
                 for gi in self.gpu['gpu_instances'] if gi['id'] in ids]
+
+    def pods_to_evict(self):
+        """Pods that must be gone before this GPU changes: on instances the plan destroys, or on the
+        whole GPU when its mode changes."""
+        pods = list(self.gpu_pods)
+        for instance in self.destroyed_instances():
+            pods.extend(p for p in instance['allocated_to'] if p not in pods)
+        return pods
 
     def as_dict(self):
         return {
@@ -126,6 +151,7 @@ class GpuDecision(object):
             'after': self.plan.after if self.plan else ([] if not self.wanted_enabled else None),
             'actions': self.actions(),
             'destroyed_instances': self.destroyed_instances(),
+            'pods_to_evict': self.pods_to_evict(),
             'free_space_after': self.plan.analysis if self.plan else None,
         }
 
@@ -133,11 +159,12 @@ class GpuDecision(object):
 class HostDecision(object):
     """Every GPU of a host against one layout."""
 
-    def __init__(self, request, gpus, unmatched, skipped):
+    def __init__(self, request, gpus, unmatched, skipped, allocations):
         self.request = request
         self.gpus = gpus
         self.unmatched = unmatched
         self.skipped = skipped
+        self.allocations = allocations
 
     @property
     def in_layout(self):
@@ -147,32 +174,41 @@ class HostDecision(object):
     def reboot_required(self):
         return any(g.reboot_required for g in self.gpus)
 
+    def pods_to_evict(self):
+        pods = []
+        for gpu in self.gpus:
+            pods.extend(p for p in gpu.pods_to_evict() if p not in pods)
+        return sorted(pods)
+
 
 def decide(host, request):
     """Pure: the host's GPUs (backend read_host data) against ``request``. Raises on anything that
     cannot be applied (a busy instance the layout drops, a profile the GPU does not offer, ...)."""
     matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
     by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
-    decisions = [GpuDecision(by_index[match['index']], match, request) for match in matched['gpus']]
-    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
+    allocations = allocations_of(host, request.pod_devices, request.pid_pods)
+    decisions = [GpuDecision(by_index[match['index']], match, request, allocations) for match in matched['gpus']]
+    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'], allocations)
 
 
 def in_layout_by_uuid(host, request):
     """{GPU uuid: whether it holds the layout}, for the metrics. Unlike :func:`decide` it never raises
     for one GPU: a GPU that cannot be brought to the layout (a busy instance in the way) is simply not
-    in it. GPUs no entry matches are left out (no layout applies to them)."""
+    in it. A GPU no entry matches (left as it is) is None; GPUs without MIG are left out."""
     try:
         matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
     except LayoutConfigError:
         return {}
     by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
+    allocations = allocations_of(host, request.pod_devices, request.pid_pods)
     result = {}
     for match in matched['gpus']:
         gpu = by_index[match['index']]
         try:
-            result[gpu['uuid']] = GpuDecision(gpu, match, request).in_layout
+            result[gpu['uuid']] = GpuDecision(gpu, match, request, allocations).in_layout
         except (LayoutConfigError, PlanningError):
             result[gpu['uuid']] = False
+    result.update((gpu['uuid'], None) for gpu in matched['unmatched'])
     return result
 
 
@@ -193,6 +229,8 @@ def converge(backend, request, apply=True, hold_clients=None):
     before = decide(backend.read_host(), request)
     if not apply or before.in_layout:
         return before, None, []
+    if request.evictable:
+        raise PlanningError('an apply never plans with evictable pods: evict them, then apply without evictable')
     done = []
     with (hold_clients or _no_clients)():
         for gpu_decision in before.gpus:
@@ -230,7 +268,7 @@ def _apply_gpu(backend, decision, request):
         if match['mig_devices'] is None:
             # No entry fits the memory slices NVML now reports: the GPU is left as it is (as unmatched).
             return done
-        plan = plan_gpu(gpu, concrete_instances(match['mig_devices'], gpu), allocated=decision.allocated)
+        plan = plan_gpu(gpu, concrete_instances(match['mig_devices'], gpu), allocated=decision.allocated, evictable=decision.evictable)
     if plan.changed:
         actions, dummy = apply_plan(backend, gpu, plan)
         done.extend(dict(a, gpu=index) for a in actions)

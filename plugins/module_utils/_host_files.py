@@ -35,12 +35,13 @@ from ansible_collections.gpufleet.mig.plugins.module_utils import (
     _mig_planner,
     _mig_profile,
     _nvml_backend,
+    _pod_resources,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE, write_atomically
 
 PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
 _BOOT_MODULES = (_boot_apply, _host_apply, _host_lock, _layout_catalog, _layout_metrics, _mig_apply,
-                 _mig_geometry, _mig_mode, _mig_planner, _mig_profile, _nvml_backend)
+                 _mig_geometry, _mig_mode, _mig_planner, _mig_profile, _nvml_backend, _pod_resources)
 BOOT_CODE = tuple(module.__name__.rsplit('.', 1)[1] for module in _BOOT_MODULES)
 LAYOUT_UNIT = 'gpufleet-mig-layout.service'
 METRICS_SERVICE = 'gpufleet-mig-metrics.service'
@@ -53,7 +54,7 @@ _MANAGED = 'Managed by gpufleet.mig (nvidia_mig_layout); local changes are overw
 class HostPaths(object):
     """Where the host's files go (module options; the simulated fleet points them into a state folder)."""
 
-    def __init__(self, config_dir, lib_dir, bin_dir, systemd_dir, metrics_dir, python, environment):
+    def __init__(self, config_dir, lib_dir, bin_dir, systemd_dir, metrics_dir, python, environment, pod_resources_socket=None):
         self.config_dir = config_dir
         self.lib_dir = lib_dir
         self.bin_dir = bin_dir
@@ -61,6 +62,8 @@ class HostPaths(object):
         self.metrics_dir = metrics_dir
         self.python = python
         self.environment = dict(environment or {})
+        # The metrics timer names the pods that hold instances where the kubelet can be asked.
+        self.pod_resources_socket = pod_resources_socket
 
     @property
     def layout_file(self):
@@ -86,10 +89,11 @@ def boot_code():
     return sources
 
 
-def declared_layout(request, decision):
+def declared_layout(request, decision, pod_resources_socket=None):
     """layout.json: what the boot unit converges to (the same request the module applied)."""
     return json.dumps({
         'name': request.name,
+        'pod_resources_socket': pod_resources_socket,
         'entries': request.entries,
         'unmatched': request.unmatched,
         'allow_reset': request.allow_reset,
@@ -105,7 +109,7 @@ def _environment_lines(environment):
 def boot_files(paths, request, decision, boot_unit, metrics_timer):
     """(path, content, mode) of every file the host keeps, given the layout being declared."""
     lib = os.path.join(paths.lib_dir, *PACKAGE.split('.'))
-    files = [(paths.layout_file, declared_layout(request, decision), 0o644)]
+    files = [(paths.layout_file, declared_layout(request, decision, paths.pod_resources_socket), 0o644)]
     files.extend((os.path.join(lib, name), source, 0o644) for name, source in sorted(boot_code().items()))
     files.append((paths.script, (
         '# %s\n'

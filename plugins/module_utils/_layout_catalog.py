@@ -762,11 +762,14 @@ def concrete_instances(mig_devices, gpu):
     return instances
 
 
-def gpu_pods(pods):
+def gpu_pods(pods, names=None):
     """Pods (Kubernetes objects) that request nvidia.com/gpu or nvidia.com/mig-* and still run.
 
-    DaemonSet pods are left out: the GPU DaemonSets are paused through their node labels instead.
+    With ``names`` only the pods among them named there, as 'namespace/name' or 'uid:<pod uid>'
+    (how nvidia_mig_layout's pods_to_evict names them). DaemonSet pods are left out: the GPU
+    DaemonSets are paused through their node labels instead.
     """
+    wanted = None if names is None else set(names)
     found = []
     for pod in pods or []:
         metadata = pod.get('metadata') or {}
@@ -775,12 +778,15 @@ def gpu_pods(pods):
             continue
         if any(owner.get('kind') == 'DaemonSet' for owner in metadata.get('ownerReferences') or []):
             continue
+        if wanted is not None and not wanted & set(['%s/%s' % (metadata.get('namespace', 'default'), metadata.get('name')),
+                                                       'uid:%s' % metadata.get('uid')]):
+            continue
         containers = list(spec.get('containers') or []) + list(spec.get('initContainers') or [])
-        names = set()
+        requested = set()
         for container in containers:
             resources = container.get('resources') or {}
             for section in ('requests', 'limits'):
-                names.update(resources.get(section) or {})
-        if any(n == 'nvidia.com/gpu' or n.startswith('nvidia.com/mig-') for n in names):
+                requested.update(resources.get(section) or {})
+        if any(n == 'nvidia.com/gpu' or n.startswith('nvidia.com/mig-') for n in requested):
             found.append({'namespace': metadata.get('namespace', 'default'), 'name': metadata.get('name')})
     return sorted(found, key=lambda p: (p['namespace'], p['name']))

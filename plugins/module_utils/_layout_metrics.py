@@ -7,13 +7,16 @@
 """Prometheus textfile-collector output for the MIG layout of one host.
 
 Pure Python: no NVML, no Ansible imports. Input is the backend's ``read_host()`` data, whether
-each GPU holds the declared layout, and the last apply record. Written atomically (temp + rename).
+each GPU holds the declared layout, which pods hold its instances, the last apply record and the
+stranded slice-seconds so far. Written atomically (temp + rename). The metrics and alert rules
+are documented in docs/metrics.md.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import tempfile
 
@@ -31,7 +34,12 @@ _HELP = (
     ('gpufleet_mig_largest_placeable_slices', 'gauge', 'Memory slices of the largest profile that still fits (0: none).'),
     ('gpufleet_mig_largest_placeable_info', 'gauge', 'The largest profile that still fits, as a label.'),
     ('gpufleet_mig_fragmentation_ratio', 'gauge', '1 - largest placeable slices / free slices.'),
+    ('gpufleet_mig_stranded_slice_seconds_total', 'counter',
+     'Stranded memory slices integrated over time (slice-seconds), for stranded capacity summed over a day.'),
+    ('gpufleet_mig_instance_info', 'gauge',
+     'One sample per GPU instance: profile, placement (start, size in memory slices), busy, and the pods holding it.'),
     ('gpufleet_mig_gpu_in_layout', 'gauge', 'The GPU matches the declared layout (1) or not (0).'),
+    ('gpufleet_mig_gpu_unmatched', 'gauge', 'No entry of the declared layout matches the GPU: it is left as it is.'),
     ('gpufleet_mig_layout_info', 'gauge', 'The declared layout of this host, as a label.'),
     ('gpufleet_mig_layout_last_apply_success', 'gauge', 'Whether the last apply of the layout succeeded.'),
     ('gpufleet_mig_layout_last_apply_timestamp_seconds', 'gauge', 'Unix time of the last apply of the layout.'),
@@ -52,13 +60,45 @@ def _gpu_figures(gpu):
     return analyze(catalog, occupancy)
 
 
-def render(host, layout_name, in_layout_by_uuid, last_apply):
-    """The textfile content: one block per metric, one sample per GPU (and profile).
+def stranded_figures(host):
+    """{GPU uuid: stranded slices now}, for the GPUs whose profiles are known (MIG enabled)."""
+    return dict((gpu['uuid'], _gpu_figures(gpu)['stranded_slices']) for gpu in host['gpus']
+                if gpu.get('mig_capable') and gpu.get('profiles'))
 
-    ``in_layout_by_uuid``: {GPU uuid: whether it holds the declared layout} (from _host_apply);
-    GPUs it leaves out (matched by no entry) get no in-layout sample. Free-space figures need the
-    profiles, which NVML describes only while MIG is enabled.
+
+def accumulate_stranded(path, stranded, now):
+    """Add the stranded slice-seconds since the last refresh to the totals kept in ``path``; returns the totals.
+
+    Each GPU's previous stranded count is taken to have lasted until ``now`` (the refreshes come every
+    minute from the timer, and at every module run). A GPU seen for the first time starts at 0.
     """
+    try:
+        with open(path) as handle:
+            kept = json.load(handle)
+    except (IOError, OSError, ValueError):
+        kept = {}
+    totals = {}
+    for uuid, slices in stranded.items():
+        previous = kept.get(uuid) or {}
+        total = float(previous.get('total', 0.0))
+        if 'at' in previous and now > previous['at']:
+            total += previous.get('stranded', 0) * (now - previous['at'])
+        kept[uuid] = {'total': total, 'stranded': slices, 'at': now}
+        totals[uuid] = total
+    write_atomically(path, json.dumps(kept, sort_keys=True) + '\n')
+    return totals
+
+
+def render(host, layout_name, in_layout_by_uuid, last_apply, held=None, stranded_totals=None):
+    """The textfile content: one block per metric, one sample per GPU (and profile, or instance).
+
+    ``in_layout_by_uuid``: {GPU uuid: whether it holds the declared layout, None when no entry
+    matches it} (from _host_apply). ``held``: {GPU uuid: {'instances': {GPU instance id: [pods]}}}
+    (_pod_resources.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
+    Free-space figures need the profiles, which NVML describes only while MIG is enabled.
+    """
+    held = held or {}
+    stranded_totals = stranded_totals or {}
     samples = dict((name, []) for name, dummy, dummy2 in _HELP)
     for gpu in host['gpus']:
         if not gpu.get('mig_capable'):
@@ -66,8 +106,17 @@ def render(host, layout_name, in_layout_by_uuid, last_apply):
         base = dict(gpu=gpu['index'], uuid=gpu['uuid'], model=gpu['name'])
         samples['gpufleet_mig_mode_enabled'].append((base, int(gpu['mig_mode']['current'] == 'enabled')))
         samples['gpufleet_mig_mode_pending_enabled'].append((base, int(gpu['mig_mode']['pending'] == 'enabled')))
-        if gpu['uuid'] in in_layout_by_uuid:
+        if in_layout_by_uuid.get(gpu['uuid']) is not None:
             samples['gpufleet_mig_gpu_in_layout'].append((base, int(in_layout_by_uuid[gpu['uuid']])))
+        elif gpu['uuid'] in in_layout_by_uuid:
+            samples['gpufleet_mig_gpu_unmatched'].append((base, 1))
+        pods = (held.get(gpu['uuid']) or {}).get('instances', {})
+        for gi in gpu['gpu_instances']:
+            samples['gpufleet_mig_instance_info'].append((dict(
+                base, gpu_instance=gi['id'], profile=gi['profile'], start=gi['placement']['start'], size=gi['placement']['size'],
+                busy=str(bool(gi.get('busy'))).lower(), pods=','.join(pods.get(gi['id'], []))), 1))
+        if gpu['uuid'] in stranded_totals:
+            samples['gpufleet_mig_stranded_slice_seconds_total'].append((base, round(stranded_totals[gpu['uuid']], 3)))
         if not gpu.get('profiles'):
             continue
         figures = _gpu_figures(gpu)

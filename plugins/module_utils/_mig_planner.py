@@ -249,11 +249,15 @@ def _best_placement(catalog, occupancy, specs):
     return best[0][0], [-s for s in best[0][1]]
 
 
-def plan_gpu(gpu, instances, repack=False, allocated=None):
+def plan_gpu(gpu, instances, repack=False, allocated=None, evictable=False):
     """Plan one GPU. ``gpu`` is the backend's plain data (index, profiles, gpu_instances).
 
     ``allocated`` maps GPU instance ids to the pods that hold them ('namespace/name'): such an
     instance is busy like one with processes, whether or not a process runs on it right now.
+    With ``evictable`` (a Kubernetes node whose pods can be evicted first) an allocated instance
+    may go, but as few as possible: the plan keeps the most allocated instances, then the most
+    instances; the destroy actions of allocated ones name their pods (``allocated_to``), and
+    processes on an allocated instance count as its pod's. Processes outside any pod stay untouchable.
     """
     label = 'GPU %s' % gpu.get('index')
     catalog = Catalog.from_data(gpu['profiles'])
@@ -264,7 +268,8 @@ def plan_gpu(gpu, instances, repack=False, allocated=None):
     wanted = {}
     for spec in specs:
         wanted[spec.signature] = wanted.get(spec.signature, 0) + 1
-    busy = [gi for gi in current if gi.busy]
+    soft = [gi for gi in current if gi.pods and evictable]
+    busy = [gi for gi in current if gi.busy and gi not in soft]
     busy_by_signature = {}
     for gi in busy:
         busy_by_signature.setdefault(gi.signature, []).append(gi)
@@ -276,8 +281,8 @@ def plan_gpu(gpu, instances, repack=False, allocated=None):
                 'busy instances are never destroyed: stop that work first' % (
                     label, victim.id, _describe_current(victim), victim.start, victim.users(), describe_specs(specs) or 'empty'))
 
-    idle_candidates = [gi for gi in current if not gi.busy and gi.signature in wanted]
-    choice = _choose_kept(catalog, specs, busy, idle_candidates, repack)
+    idle_candidates = [gi for gi in current if (not gi.busy or gi in soft) and gi.signature in wanted]
+    choice = _choose_kept(catalog, specs, busy, idle_candidates, repack, soft)
     if choice is None:
         blockers = '; '.join('GPU instance %s (%s at slice %d) %s' % (gi.id, _describe_current(gi), gi.start, gi.users()) for gi in busy)
         raise PlanningError('%s: layout %s cannot be placed around busy instances: %s' % (label, describe_specs(specs), blockers))
@@ -301,11 +306,12 @@ def _remaining_specs(specs, kept):
     return remaining
 
 
-def _choose_kept(catalog, specs, busy, idle_candidates, repack):
+def _choose_kept(catalog, specs, busy, idle_candidates, repack, soft=()):
     """Pick which current instances survive, then where the new ones go.
 
-    Without repack: the most instances kept, then the best free space. With repack: the
-    best free space, then the most kept. Ties keep lower instance ids.
+    Allocated instances that may be evicted (``soft``) are kept first. Then, without repack:
+    the most instances kept, then the best free space; with repack: the best free space, then
+    the most kept. Ties keep lower instance ids.
     """
     wanted = {}
     for spec in specs:
@@ -328,10 +334,12 @@ def _choose_kept(catalog, specs, busy, idle_candidates, repack):
             if placed is None:
                 continue
             score, starts = placed[0], placed[1]
-            key = (score, len(kept)) if repack else (len(kept), score)
+            soft_kept = sum(1 for gi in subset if gi in soft)
+            key = (soft_kept, score, len(kept)) if repack else (soft_kept, len(kept), score)
             if best is None or key > best[0]:
                 best = (key, kept, remaining, starts, occupancy)
-        if best is not None and not repack:
+        # Bigger subsets come first: without evictable instances the first size that fits is the most kept.
+        if best is not None and not repack and not soft:
             break
     if best is None:
         return None
@@ -370,8 +378,11 @@ def _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy):
         for ci in sorted(gi.data.get('compute_instances') or [], key=lambda c: c['placement']['start']):
             actions.append({'action': 'destroy_compute_instance', 'gpu_instance_id': gi.id, 'compute_instance_id': ci['id'],
                             'profile': ci['profile'], 'placement': dict(ci['placement'])})
-        actions.append({'action': 'destroy_gpu_instance', 'gpu_instance_id': gi.id, 'profile': gi.profile,
-                        'placement': dict(gi.data['placement'])})
+        destroy = {'action': 'destroy_gpu_instance', 'gpu_instance_id': gi.id, 'profile': gi.profile,
+                   'placement': dict(gi.data['placement'])}
+        if gi.pods:
+            destroy['allocated_to'] = list(gi.pods)
+        actions.append(destroy)
 
     after = [entry for entry in layout_of(gpu) if entry['id'] in kept_ids]
     created = sorted(zip(new_starts, new_specs), key=lambda pair: pair[0])

@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import contextlib
+import os
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
@@ -22,12 +23,19 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import PodResourcesUnavailable, list_pod_devices
 
 # Errors whose message is the whole story: no traceback for the user.
 EXPECTED_ERRORS = (_nvml_backend.BackendError, SelectionError, PlanningError, LayoutConfigError, ApplyError, LockTimeout, UnsafeLockPath)
 
 COMMON_ARGUMENT_SPEC = dict(
     lock_timeout=dict(type='int', default=120),
+)
+
+# Modules that report or respect which pods hold the GPUs (doc fragment gpufleet.mig.nvml.pod_resources).
+POD_RESOURCES_ARGUMENT_SPEC = dict(
+    pod_resources=dict(type='str', default='auto', choices=['auto', 'required', 'off']),
+    pod_resources_socket=dict(type='path', default='/var/lib/kubelet/pod-resources/kubelet.sock'),
 )
 
 
@@ -73,3 +81,27 @@ def layout_lines(gpu_index, layout):
     if not layout:
         lines.append('GPU %s: (no instances)' % gpu_index)
     return lines
+
+
+def read_pod_resources(module):
+    """(allocations of nvidia.com devices, status) from the kubelet; None allocations where not read."""
+    mode = module.params['pod_resources']
+    if mode == 'off':
+        return None, {'read': False, 'reason': 'pod_resources=off'}
+    socket = module.params['pod_resources_socket']
+    if mode == 'auto' and not os.path.exists(socket):
+        return None, {'read': False, 'reason': 'no kubelet pod-resources socket at %s (not a Kubernetes node?)' % socket}
+    try:
+        devices = [d for d in list_pod_devices(socket) if d['resource'].startswith('nvidia.com/')]
+    except PodResourcesUnavailable as exc:
+        if mode == 'required':
+            module.fail_json(msg='which pods hold which GPU cannot be read: %s' % exc)
+        return None, {'read': False, 'reason': str(exc)}
+    return devices, {'read': True}
+
+
+def gpu_pids(host):
+    """Every process id on the host's GPUs and their compute instances."""
+    return sorted(set(p['pid'] for gpu in host['gpus'] for p in gpu.get('processes') or [])
+                  | set(p['pid'] for gpu in host['gpus'] for gi in gpu['gpu_instances'] for ci in gi['compute_instances']
+                        for p in ci['processes']))

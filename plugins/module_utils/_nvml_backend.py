@@ -278,6 +278,7 @@ class NvmlBackend(object):
 
     def _gpu_instances(self, index, handle, gi_profiles):
         mig_devices = self._mig_devices(index, handle)
+        ci_profiles = {}    # GPU instance profile id -> its compute instance profile infos (the same for each GI)
         instances = []
         for dummy, info in gi_profiles:
             array = (pynvml.c_nvmlGpuInstance_t * _MAX_INSTANCES)()
@@ -291,20 +292,29 @@ class NvmlBackend(object):
                     'profile': gi_name,
                     'profile_id': gi_info.profileId,
                     'placement': {'start': gi_info.placement.start, 'size': gi_info.placement.size},
-                    'compute_instances': self._compute_instances(index, array[position], gi_info.id, gi_name, mig_devices),
+                    'compute_instances': self._compute_instances(index, array[position], gi_info.id, gi_name, mig_devices,
+                                                                 ci_profiles.setdefault(info.id, [])),
                 })
         for gi in instances:
             gi['busy'] = any(ci['processes'] for ci in gi['compute_instances'])
         return sorted(instances, key=lambda gi: gi['placement']['start'])
 
-    def _compute_instances(self, index, gi_handle, gi_id, gi_name, mig_devices):
-        result = []
+    def _ci_profile_infos(self, gi_handle):
+        infos = []
         for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
             try:
-                info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                    gi_handle, enum, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+                infos.append(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi_handle, enum, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))
             except pynvml.NVMLError:
                 continue
+        return infos
+
+    def _compute_instances(self, index, gi_handle, gi_id, gi_name, mig_devices, ci_infos):
+        """``ci_infos``: the GI profile's compute instance profiles, filled on first use (a list shared per profile)."""
+        if not ci_infos:
+            ci_infos.extend(self._ci_profile_infos(gi_handle))
+        result = []
+        for info in ci_infos:
             array = (pynvml.c_nvmlComputeInstance_t * _MAX_INSTANCES)()
             count = ctypes.c_uint(0)
             self._call(index, 'list compute instances', pynvml.nvmlGpuInstanceGetComputeInstances, gi_handle, info.id, array,
@@ -318,6 +328,7 @@ class NvmlBackend(object):
                     'profile_id': ci_info.profileId,
                     'placement': {'start': ci_info.placement.start, 'size': ci_info.placement.size},
                     'uuid': device.get('uuid'),
+                    'mig_index': device.get('mig_index'),
                     'processes': device.get('processes', []),
                 })
         return sorted(result, key=lambda ci: ci['placement']['start'])
@@ -336,6 +347,7 @@ class NvmlBackend(object):
             key = (self._call(index, 'read MIG device', pynvml.nvmlDeviceGetGpuInstanceId, mig),
                    self._call(index, 'read MIG device', pynvml.nvmlDeviceGetComputeInstanceId, mig))
             found[key] = {'uuid': _text(self._call(index, 'read MIG device UUID', pynvml.nvmlDeviceGetUUID, mig)),
+                          'mig_index': slot,
                           'processes': self._processes(index, mig)}
         return found
 

@@ -459,3 +459,70 @@ def pods_of_pids(pids, proc_root='/proc'):
         if best is not None:
             found[pid] = best
     return found
+
+
+# ---- what the allocations mean for the host's GPUs ----------------------------------------------
+
+def _pod_name(allocation):
+    return '%s/%s' % (allocation['namespace'], allocation['pod'])
+
+
+def allocations_of(host, pod_devices, pid_pods=None):
+    """Which pod holds what, from the kubelet's pod-resources allocations (_pod_resources).
+
+    Returns {GPU uuid: {'instances': {GPU instance id: ['namespace/pod']}, 'gpu': ['namespace/pod']}}.
+    NVIDIA's device plugin names a device by its UUID (deviceIDStrategy uuid: 'MIG-...' for a MIG
+    device, 'GPU-...' for a whole GPU) or by index ('<gpu>:<mig device>' or '<gpu>'). ``pid_pods``
+    ({pid: {'pod_uid', ...}}) adds the pods of running processes as 'uid:<pod uid>' (the cgroup
+    names no namespace or pod name): what is known where pod-resources cannot be read.
+    """
+    by_id = {}
+    for gpu in host['gpus']:
+        by_id[gpu['uuid']] = (gpu['uuid'], None)
+        by_id[str(gpu['index'])] = (gpu['uuid'], None)
+        for gi in gpu['gpu_instances']:
+            for ci in gi['compute_instances']:
+                if ci.get('uuid'):
+                    by_id[ci['uuid']] = (gpu['uuid'], gi['id'])
+                if ci.get('mig_index') is not None:
+                    by_id['%d:%d' % (gpu['index'], ci['mig_index'])] = (gpu['uuid'], gi['id'])
+    result = {}
+    for allocation in pod_devices:
+        if not allocation['resource'].startswith('nvidia.com/'):
+            continue
+        for device_id in allocation['device_ids']:
+            if device_id not in by_id:
+                continue
+            gpu_uuid, gi_id = by_id[device_id]
+            entry = result.setdefault(gpu_uuid, {'instances': {}, 'gpu': []})
+            pods = entry['gpu'] if gi_id is None else entry['instances'].setdefault(gi_id, [])
+            if _pod_name(allocation) not in pods:
+                pods.append(_pod_name(allocation))
+    for gpu in host['gpus'] if pid_pods else []:
+        places = [(None, p['pid']) for p in gpu.get('processes') or []]
+        places.extend((gi['id'], p['pid']) for gi in gpu['gpu_instances'] for ci in gi['compute_instances'] for p in ci['processes'])
+        for gi_id, pid in places:
+            if pid not in pid_pods:
+                continue
+            entry = result.setdefault(gpu['uuid'], {'instances': {}, 'gpu': []})
+            pods = entry['gpu'] if gi_id is None else entry['instances'].setdefault(gi_id, [])
+            name = 'uid:%s' % pid_pods[pid]['pod_uid']
+            if name not in pods:
+                pods.append(name)
+    return result
+
+
+def node_resources(host):
+    """The extended resources NVIDIA's device plugin (mixed MIG strategy) advertises for ``host``:
+    one nvidia.com/mig-<profile> per GPU instance with one full-size compute instance, one
+    nvidia.com/gpu per GPU without MIG."""
+    resources = {}
+    for gpu in host['gpus']:
+        if gpu.get('mig_capable') and gpu['mig_mode']['current'] == 'enabled':
+            for gi in gpu['gpu_instances']:
+                if [ci['profile'] for ci in gi['compute_instances']] == [gi['profile']]:
+                    name = 'nvidia.com/mig-' + gi['profile'].replace('+', '.')
+                    resources[name] = resources.get(name, 0) + 1
+        else:
+            resources['nvidia.com/gpu'] = resources.get('nvidia.com/gpu', 0) + 1
+    return resources

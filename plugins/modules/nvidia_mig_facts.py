@@ -20,6 +20,7 @@ description:
 extends_documentation_fragment:
   - gpufleet.mig.nvml
   - gpufleet.mig.nvml.gpus
+  - gpufleet.mig.nvml.pod_resources
 options:
   gpus:
     default: [all]
@@ -72,6 +73,9 @@ ansible_facts:
         simulated:
           description: Whether the GPUs come from the gpufleet.mig simulator.
           type: bool
+        pod_resources:
+          description: C(read) (whether the kubelet's pod-resources API answered) and C(reason) when it did not.
+          type: dict
         gpus:
           description: One entry per selected GPU, in index order.
           type: list
@@ -113,6 +117,12 @@ ansible_facts:
             reset_required:
               description: A mode change is pending until a GPU reset or reboot.
               type: bool
+            allocated_to:
+              description:
+                - Pods that hold the whole GPU (C(namespace/name); C(uid:<pod uid>) when only a process's cgroup names
+                  the pod). Each of RV(ansible_facts.nvidia_mig.gpus[].gpu_instances) has its own C(allocated_to).
+              type: list
+              elements: str
             profiles_known:
               description:
                 - Whether RV(ansible_facts.nvidia_mig.gpus[].profiles) could be read. NVML describes a GPU's profiles
@@ -190,15 +200,23 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
+    POD_RESOURCES_ARGUMENT_SPEC,
     free_space,
+    gpu_pids,
     nvml_session,
+    read_pod_resources,
     run_module,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, pods_of_pids
 
 
-def gpu_facts(gpu):
+def gpu_facts(gpu, held=None):
+    """``held``: this GPU's entry of _pod_resources.allocations_of (pods on the whole GPU and per instance)."""
     facts = dict(gpu)
     facts.pop('unsupported_profiles', None)
+    held = held or {}
+    facts['allocated_to'] = list(held.get('gpu', []))
+    facts['gpu_instances'] = [dict(gi, allocated_to=list(held.get('instances', {}).get(gi['id'], []))) for gi in gpu['gpu_instances']]
     facts['busy'] = bool(gpu['processes']) or any(gi['busy'] for gi in gpu['gpu_instances'])
     if not gpu['mig_capable']:
         facts.update(free_slices=0, placeable={}, largest_placeable=None, stranded_slices=0, fragmentation=0.0,
@@ -216,14 +234,18 @@ def gpu_facts(gpu):
 
 
 def main_body(module):
+    pod_devices, pod_status = read_pod_resources(module)
     with nvml_session(module, exclusive=False) as backend:
         host = backend.read_host()
+    # Without pod-resources, the pods of running processes are still known from their cgroups.
+    held = allocations_of(host, pod_devices or [], None if pod_devices is not None else pods_of_pids(gpu_pids(host)))
     selected = select_gpus(host['gpus'], module.params['gpus'])
     facts = {
         'driver_version': host['driver_version'],
         'nvml_version': host['nvml_version'],
         'simulated': host['simulated'],
-        'gpus': [gpu_facts(gpu) for gpu, dummy in selected],
+        'pod_resources': pod_status,
+        'gpus': [gpu_facts(gpu, held.get(gpu['uuid'], {})) for gpu, dummy in selected],
     }
     module.exit_json(changed=False, ansible_facts={'nvidia_mig': facts})
 
@@ -231,6 +253,7 @@ def main_body(module):
 def main():
     argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']))
     argument_spec.update(COMMON_ARGUMENT_SPEC)
+    argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     run_module(module, main_body)
 

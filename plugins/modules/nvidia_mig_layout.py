@@ -27,6 +27,7 @@ description:
   - Refuses to act when another owner of MIG (the C(nvidia-mig-manager) service) runs or is enabled.
 extends_documentation_fragment:
   - gpufleet.mig.nvml
+  - gpufleet.mig.nvml.pod_resources
 options:
   name:
     description: The layout to apply, a key of O(config).
@@ -109,6 +110,13 @@ options:
         every minute by a timer. Empty writes no metrics.
     type: str
     default: ''
+  evict:
+    description:
+      - Decide for an in-place switch of a Kubernetes node, as the P(gpufleet.mig.mig_layout#role) role does. Instances
+        held by pods may go, as few as possible, and RV(pods_to_evict) names the pods to evict before the apply.
+      - Needs O(apply=false); the apply itself keeps every held instance.
+    type: bool
+    default: false
   record_failure:
     description:
       - Record a failed apply with this message (for the metrics and the last apply record) and change nothing else.
@@ -259,6 +267,25 @@ clients_stopped:
   returned: always
   type: list
   elements: str
+pods_to_evict:
+  description:
+    - Pods (C(namespace/name), or C(uid:<pod uid>) when only their cgroup names them) whose instances the plan
+      destroys, or that hold a whole GPU whose MIG mode changes. Only with O(evict) can it be non-empty.
+  returned: always
+  type: list
+  elements: str
+pod_resources:
+  description:
+    - C(read) (whether the kubelet's pod-resources API answered), C(reason) when it did not, C(allocations) (every
+      container holding an C(nvidia.com/...) device, with its device ids) and C(pods) (the pods on the host's GPUs).
+  returned: always
+  type: dict
+resources:
+  description:
+    - The extended resources NVIDIA's device plugin (mixed MIG strategy) advertises for the GPUs as they end, for
+      example C(nvidia.com/mig-3g.40gb) 4. The role waits for the node's allocatable to match it.
+  returned: always
+  type: dict
 '''
 
 import contextlib
@@ -269,11 +296,15 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils import _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import metrics_content, record_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import node_resources, pods_of_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, layout_problems, validate_configs
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
+    POD_RESOURCES_ARGUMENT_SPEC,
+    gpu_pids,
     layout_lines,
     nvml_session,
+    read_pod_resources,
     run_module,
 )
 
@@ -317,7 +348,8 @@ class Systemd(object):
 
 def paths_of(params):
     return _host_files.HostPaths(params['config_dir'], params['lib_dir'], params['bin_dir'], params['systemd_dir'],
-                                 params['metrics_dir'], params['python'] or sys.executable, params['boot_environment'])
+                                 params['metrics_dir'], params['python'] or sys.executable, params['boot_environment'],
+                                 params['pod_resources_socket'] if params['pod_resources'] != 'off' else None)
 
 
 def keep_files(module, systemd, paths, request, decision):
@@ -343,7 +375,8 @@ def keep_files(module, systemd, paths, request, decision):
 def refresh_metrics(module, backend, paths, request):
     """The metrics textfile (bookkeeping: never reported as a change)."""
     if paths.metrics_dir and not module.check_mode:
-        _host_files.sync([(paths.metrics_file, metrics_content(backend.read_host(), request, paths.config_dir), 0o644)], False)
+        content = metrics_content(backend.read_host(), request, paths.config_dir, request.pod_devices)
+        _host_files.sync([(paths.metrics_file, content, 0o644)], False)
 
 
 def other_owners(module, systemd):
@@ -375,10 +408,14 @@ def diff_of(decision, after):
 
 def main_body(module):
     params = module.params
+    if params['evict'] and params['apply']:
+        module.fail_json(msg='evict decides the pods to evict and never applies: set apply=false with it')
     configs = validate_configs(params['config'])
     entries = check_layout(configs, params['name'])
     problems = layout_problems(configs, skip=params['name'])
-    request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'])
+    pod_devices, pod_status = read_pod_resources(module)
+    request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
+                            pod_devices=pod_devices, evictable=params['evict'])
     paths = paths_of(params)
     systemd = Systemd(module, params['systemd'])
 
@@ -404,6 +441,9 @@ def main_body(module):
             clients.extend(stopped)
 
     with nvml_session(module, exclusive=not module.check_mode) as backend:
+        if pod_devices is None:
+            # Without pod-resources, the pods of running processes are still known from their cgroups.
+            request.pid_pods = pods_of_pids(gpu_pids(backend.read_host(with_profiles=False)))
         try:
             before, after, done = converge(backend, request, apply=apply, hold_clients=hold_clients)
         except Exception as exc:  # recorded for the metrics, then reported by run_module
@@ -415,6 +455,7 @@ def main_body(module):
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
         files = keep_files(module, systemd, paths, request, before)
         refresh_metrics(module, backend, paths, request)
+        resources = node_resources(backend.read_host(with_profiles=False))
     final = after or before
     for gpu in before.unmatched:
         module.warn('GPU %s (%s) is left as it is: %s' % (gpu['index'], gpu.get('name'), gpu['reason']))
@@ -430,6 +471,10 @@ def main_body(module):
         layout_problems=problems,
         files=files,
         clients_stopped=clients,
+        pods_to_evict=before.pods_to_evict(),
+        pod_resources=dict(pod_status, allocations=pod_devices or [],
+                           pods=sorted(set('%s/%s' % (d['namespace'], d['pod']) for d in pod_devices or []))),
+        resources=resources,
     )
     if module._diff:
         output['diff'] = diff_of(before, after)
@@ -456,8 +501,10 @@ def main():
         boot_environment=dict(type='dict', default={}),
         metrics_dir=dict(type='str', default=''),
         record_failure=dict(type='str', default=''),
+        evict=dict(type='bool', default=False),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
+    argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     run_module(module, main_body)
 

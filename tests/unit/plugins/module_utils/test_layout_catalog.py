@@ -656,7 +656,7 @@ def test_gpu_pods_selects_gpu_and_mig_requests_only():
     def pod(name, resources, owner=None, phase='Running', init=False):
         container = {'name': 'c', 'resources': resources}
         spec = {'initContainers': [container], 'containers': []} if init else {'containers': [container]}
-        meta = {'name': name, 'namespace': 'team'}
+        meta = {'name': name, 'namespace': 'team', 'uid': 'uid-' + name}
         if owner:
             meta['ownerReferences'] = [{'kind': owner}]
         return {'metadata': meta, 'spec': spec, 'status': {'phase': phase}}
@@ -669,7 +669,9 @@ def test_gpu_pods_selects_gpu_and_mig_requests_only():
         pod('done', {'limits': {'nvidia.com/gpu': 1}}, phase='Succeeded'),
     ]
     assert [p['name'] for p in gpu_pods(pods)] == ['infer', 'init', 'train']
-
+    # Only the named ones (by namespace/name, or by pod uid when only a process's cgroup named it).
+    assert [p['name'] for p in gpu_pods(pods, ['team/infer', 'uid:uid-train', 'team/plugin', 'other/init'])] == ['infer', 'train']
+    assert gpu_pods(pods, []) == []
 
 
 def test_the_examples_of_the_documentation():

@@ -313,3 +313,228 @@ def test_bad_declared_layout_file(tmp_path, capsys):
     bad.write_text('{"gpus": 1}')
     assert _boot_apply.main(['apply', '--layout', str(bad)]) == 2
     assert 'needs "name" and an "entries" list' in capsys.readouterr().err
+
+
+# ---- pods that hold instances (the kubelet's pod-resources API) -------------------------------------
+
+@pytest.fixture
+def kubelet_with(tmp_path_factory):
+    """A real gRPC pod-resources server answering ``List`` with the given allocations; returns its socket path."""
+    import shutil
+    import tempfile
+    from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import encode_list_response
+    from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_pod_resources import FakeKubelet
+    servers = []
+    directory = tempfile.mkdtemp(prefix='podres-')
+
+    def start(allocations):
+        server = FakeKubelet(directory, list_answer=encode_list_response(allocations))
+        servers.append(server)
+        return server.path
+    yield start
+    for server in servers:
+        server.stop()
+    shutil.rmtree(directory)
+
+
+def seven_small(simulated_host):
+    return simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in range(7)]}])
+
+
+def mig_uuids(run_module):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
+    assert not failed, facts
+    return dict((gi['placement']['start'], gi['compute_instances'][0]['uuid'])
+                for gi in facts['ansible_facts']['nvidia_mig']['gpus'][0]['gpu_instances'])
+
+
+def pods_on(uuids, starts):
+    """Pods team/p<start>, each holding the 1g.10gb instance at that start (encode_list_response's form)."""
+    return [{'namespace': 'team', 'pod': 'p%d' % start,
+             'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [uuids[start]]}}]} for start in starts]
+
+
+def test_facts_name_the_pod_that_holds_each_instance(simulated_host, run_module, kubelet_with):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    seven_small(simulated_host)
+    uuids = mig_uuids(run_module)
+    socket = kubelet_with(pods_on(uuids, [0, 5]) + [{'namespace': 'x', 'pod': 'cpu', 'containers': [{'name': 'c', 'devices': {'example.com/nic': ['1']}}]}])
+    facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'required', 'pod_resources_socket': socket})
+    assert not failed, facts
+    gpu = facts['ansible_facts']['nvidia_mig']['gpus'][0]
+    assert dict((gi['placement']['start'], gi['allocated_to']) for gi in gpu['gpu_instances']) == {
+        0: ['team/p0'], 1: [], 2: [], 3: [], 4: [], 5: ['team/p5'], 6: []}
+    assert facts['ansible_facts']['nvidia_mig']['pod_resources'] == {'read': True}
+
+
+def test_an_allocated_idle_instance_is_never_destroyed_by_a_direct_run(simulated_host, run_module, host_paths, kubelet_with):
+    host = seven_small(simulated_host)
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [3]))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket))
+    assert failed and 'allocated to pod(s) team/p3' in result['msg'] and 'never destroyed' in result['msg']
+    assert mutating_calls(host) == []
+
+
+def test_evict_decision_names_only_the_pods_on_instances_that_go(simulated_host, run_module, host_paths, kubelet_with):
+    host = seven_small(simulated_host)
+    uuids = mig_uuids(run_module)
+    socket = kubelet_with(pods_on(uuids, [0, 1, 2]))
+    keep_three = {'mixed': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 3, '3g.40gb': 1}}]}
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, keep_three, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed, result
+    # The three held instances stay where they are: nothing to evict.
+    assert result['pods_to_evict'] == [] and mutating_calls(host) == []
+    destroyed = result['gpus'][0]['destroyed_instances']
+    assert sorted(d['placement']['start'] for d in destroyed) == [3, 4, 5, 6] and all(not d['allocated_to'] for d in destroyed)
+    assert result['pod_resources']['pods'] == ['team/p0', 'team/p1', 'team/p2']
+    whole = {'whole': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'7g.80gb': 1}}]}
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, whole, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed and result['pods_to_evict'] == ['team/p0', 'team/p1', 'team/p2']
+    # Between two plans the one that evicts fewer pods wins: 2g.20gb at 4 leaves 0-2 in place.
+    two = {'two': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 2, '2g.20gb': 1}}]}
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, two, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed and len(result['pods_to_evict']) == 1
+    # The apply itself never takes a held instance, and evict never applies.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, whole, pod_resources_socket=socket))
+    assert failed and 'allocated to pod(s)' in result['msg']
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, whole, evict=True))
+    assert failed and 'apply=false' in result['msg']
+    assert mutating_calls(host) == []
+
+
+def test_pod_resources_required_but_missing_fails_clearly(simulated_host, run_module, host_paths, tmp_path):
+    host = simulated_host([{'model': 'A30'}])
+    missing = str(tmp_path / 'no' / 'kubelet.sock')
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, pod_resources='required', pod_resources_socket=missing))
+    assert failed and 'which pods hold which GPU cannot be read' in result['msg'] and missing in result['msg']
+    assert mutating_calls(host) == []
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, pod_resources_socket=missing))
+    assert not failed and result['pod_resources']['read'] is False and 'not a Kubernetes node' in result['pod_resources']['reason']
+
+
+# ---- the shipped, model-agnostic catalog on every simulated MIG GPU -------------------------------
+
+def _shipped_catalog():
+    import yaml
+    catalog = os.path.join(os.path.dirname(nvidia_mig_layout.__file__), '..', '..', 'roles', 'mig_layout', 'files', 'catalog.yml')
+    with open(catalog) as handle:
+        return yaml.safe_load(handle)['mig-configs']
+
+
+def _expected(model, layout):
+    """What a layout must give on ``model``, from the simulator's table alone (not from the catalog):
+    the plain profile of each compute size with the fewest memory slices."""
+    def plain(compute_slices):
+        return min((p for p in model['profiles'] if p['compute_slices'] == compute_slices and not p['suffix']),
+                   key=lambda p: p['memory_slices'])
+    eight = model['memory_slices'] == 8
+    if layout == 'daytime':
+        small = plain(1)
+        return {small['name']: small['max_count']}
+    if layout == 'nighttime':
+        return {plain(3 if eight else 2)['name']: 2}
+    counts = {plain(1)['name']: 2, plain(2)['name']: 1}
+    if eight:
+        counts[plain(3)['name']] = 1
+    return counts
+
+
+@pytest.mark.parametrize('model', sorted(k for k, m in simulator.MODELS.items() if m['mig_capable']))
+def test_the_shipped_catalog_on_every_model(simulated_host, run_module, host_paths, model):
+    host = simulated_host([{'model': model}])
+    catalog = _shipped_catalog()
+    for layout in ('daytime', 'nighttime', 'all-balanced'):
+        args = layout_args(host_paths, {layout: catalog[layout]}, name=layout)
+        result, failed = run_module(nvidia_mig_layout.main, args)
+        assert not failed, (layout, result)
+        assert result['in_layout'] and not result['unmatched_gpus'], (layout, result)
+        counts = {}
+        for gi in host.read()['gpus'][0]['gpu_instances']:
+            assert [ci['profile'] for ci in gi['compute_instances']] == [gi['profile']]
+            counts[gi['profile']] = counts.get(gi['profile'], 0) + 1
+        assert counts == _expected(simulator.MODELS[model], layout), layout
+        again, failed = run_module(nvidia_mig_layout.main, args)
+        assert not failed and not again['changed'] and again['in_layout']
+
+
+# ---- metrics: per instance, unmatched GPUs, stranded slice-seconds ----------------------------------
+
+def test_metrics_per_instance_with_their_pods_and_unmatched_gpus(simulated_host, run_module, host_paths, kubelet_with):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in range(7)]},
+        {'model': 'H100-SXM5-80GB'}])
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [2]))
+    only_a100 = {'day': [{'devices': 'all', 'device-filter': '0x20B210DE', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 7}}]}
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, only_a100, pod_resources_socket=socket))
+    assert not failed, result
+    metrics = read(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom'))
+    lines = [line for line in metrics.splitlines() if line.startswith('gpufleet_mig_instance_info{')]
+    assert len(lines) == 7
+    assert any('pods="team/p2"' in line and 'start="2"' in line and 'busy="false"' in line for line in lines)
+    assert re.search(r'(?m)^gpufleet_mig_gpu_unmatched\{gpu="1",model="NVIDIA H100 80GB HBM3",.*\} 1$', metrics)
+    assert re.search(r'(?m)^gpufleet_mig_gpu_in_layout\{gpu="0",.*\} 1$', metrics)
+    assert 'gpufleet_mig_gpu_in_layout{gpu="1"' not in metrics
+    # Seven 1g on an A100 strand one slice; the first refresh starts the count.
+    assert re.search(r'(?m)^gpufleet_mig_stranded_slice_seconds_total\{gpu="0",model="NVIDIA A100-SXM4-80GB",uuid="GPU-[^"]+"\} 0.0$', metrics)
+    assert re.search(r'(?m)^gpufleet_mig_stranded_slices\{gpu="0",.*\} 1$', metrics)
+
+
+def test_stranded_slice_seconds_add_up_between_refreshes(tmp_path):
+    from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import accumulate_stranded
+    path = str(tmp_path / 'stranded.json')
+    assert accumulate_stranded(path, {'GPU-a': 1, 'GPU-b': 0}, 1000.0) == {'GPU-a': 0.0, 'GPU-b': 0.0}
+    assert accumulate_stranded(path, {'GPU-a': 3, 'GPU-b': 2}, 1060.0) == {'GPU-a': 60.0, 'GPU-b': 0.0}
+    # The count seen at the last refresh lasted until this one; a clock going back adds nothing.
+    assert accumulate_stranded(path, {'GPU-a': 0, 'GPU-b': 2}, 1090.0) == {'GPU-a': 150.0, 'GPU-b': 60.0}
+    assert accumulate_stranded(path, {'GPU-a': 0}, 1000.0) == {'GPU-a': 150.0}
+    (tmp_path / 'bad.json').write_text('not json')
+    assert accumulate_stranded(str(tmp_path / 'bad.json'), {'GPU-a': 1}, 5.0) == {'GPU-a': 0.0}
+
+
+# ---- nvidia_mig_repack ------------------------------------------------------------------------------
+
+def test_repack_moves_only_idle_unallocated_instances(simulated_host, run_module, kubelet_with):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_repack
+    # 1g at 0 (busy), 1g at 1 (held by a pod), 1g at 4 (idle): the idle one keeps a 3g from fitting.
+    host = simulated_host([
+        {'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+            {'profile': '1g.10gb', 'start': 0, 'compute_instances': [{'profile': '1g.10gb', 'start': 0, 'pids': [11]}]},
+            {'profile': '1g.10gb', 'start': 1, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]},
+            {'profile': '1g.10gb', 'start': 4, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]}]},
+        {'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+            {'profile': '3g.40gb', 'start': 0, 'compute_instances': [{'profile': '3g.40gb', 'start': 0}]}]}])
+    uuids = mig_uuids(run_module)
+    socket = kubelet_with(pods_on(uuids, [1]))
+    planned, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': socket}, check_mode=True)
+    assert not failed, planned
+    assert mutating_calls(host) == []
+    gpu0, gpu1 = planned['gpus']
+    assert gpu1['status'] == 'below_threshold'
+    assert gpu0['status'] == 'repacked' and (gpu0['before']['largest_placeable'], gpu0['after']['largest_placeable']) == ('2g.20gb', '3g.40gb')
+    moved = [a for a in gpu0['actions'] if a['action'] == 'destroy_gpu_instance']
+    assert [a['placement']['start'] for a in moved] == [4]
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': socket})
+    assert not failed and result['changed']
+    starts = sorted(gi['start'] for gi in host.read()['gpus'][0]['gpu_instances'])
+    assert starts[:2] == [0, 1] and starts[2] in (2, 3)
+    assert result['resources'] == {'nvidia.com/mig-1g.10gb': 3, 'nvidia.com/mig-3g.40gb': 1}
+    again, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': socket})
+    assert not failed and not again['changed']
+    assert again['gpus'][0]['status'] in ('no_idle_move', 'below_threshold')
+
+
+def test_repack_never_forces_a_gpu_whose_instances_are_all_held(simulated_host, run_module):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_repack
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0, 'pids': [100 + s]}]}
+        for s in (1, 3, 5)]}])
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off'})
+    assert not failed and not result['changed'] and mutating_calls(host) == []
+    assert result['gpus'][0]['status'] == 'no_idle_move' and 'stay where they are' in result['gpus'][0]['reason']
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off', 'stranded_above': -1})
+    assert failed and 'or more' in result['msg']

@@ -1,0 +1,228 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: nvidia_mig_repack
+short_description: Repack fragmented NVIDIA MIG GPUs by moving only idle, unallocated instances
+version_added: 0.2.0
+description:
+  - For each selected MIG GPU whose fragmentation or stranded slices exceed the thresholds, keeps the same instances
+    but moves idle ones (no process, held by no pod) to the placements that leave the largest profile placeable and
+    the fewest slices stranded. Busy and allocated instances never move.
+  - A GPU where no move helps without touching a busy or allocated instance is reported with the reason and left as it
+    is, never forced.
+  - Everything is planned before the first change; after the moves each GPU is read back and must match the plan.
+    The figures before and after are returned; check mode shows the moves.
+extends_documentation_fragment:
+  - gpufleet.mig.nvml
+  - gpufleet.mig.nvml.gpus
+  - gpufleet.mig.nvml.pod_resources
+options:
+  gpus:
+    default: [all]
+  fragmentation_above:
+    description:
+      - Repack a GPU whose fragmentation (C(1 - largest placeable slices / free slices)) is above this.
+    type: float
+    default: 0.0
+  stranded_above:
+    description: Repack a GPU with more stranded memory slices than this.
+    type: int
+    default: 0
+attributes:
+  check_mode:
+    support: full
+    description: Plans and reports the moves; calls no mutating NVML function.
+  diff_mode:
+    support: full
+    description: Shows each repacked GPU's instances before and after.
+author:
+  - gpufleet.mig developers (@gpufleet)
+seealso:
+  - module: gpufleet.mig.nvidia_mig_facts
+  - module: gpufleet.mig.nvidia_mig_instance
+'''
+
+EXAMPLES = r'''
+- name: Show which GPUs a repack would change, and how
+  gpufleet.mig.nvidia_mig_repack:
+    fragmentation_above: 0.25
+  check_mode: true
+
+- name: Repack every GPU that strands memory
+  gpufleet.mig.nvidia_mig_repack:
+    stranded_above: 0
+'''
+
+RETURN = r'''
+gpus:
+  description: One entry per selected MIG-enabled GPU.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: NVML index.
+      type: int
+    uuid:
+      description: GPU UUID.
+      type: str
+    status:
+      description:
+        - V(repacked) (would be, in check mode), V(below_threshold), V(no_idle_move) (nothing can move without
+          touching a busy or allocated instance, or no move improves the free space), or V(mig_disabled).
+      type: str
+    reason:
+      description: Why the GPU was left as it is.
+      type: str
+    before:
+      description: Free-space figures before (free, stranded, largest placeable, fragmentation).
+      type: dict
+    after:
+      description: Free-space figures after the moves (planned, in check mode).
+      type: dict
+    actions:
+      description: The moves as destroy and create actions, in order.
+      type: list
+      elements: dict
+    before_layout:
+      description: GPU instances before the moves, sorted by placement (null unless repacked).
+      type: list
+      elements: dict
+    after_layout:
+      description: GPU instances after the moves (null unless repacked).
+      type: list
+      elements: dict
+actions:
+  description: Every action done (planned, in check mode), each with its C(gpu).
+  returned: always
+  type: list
+  elements: dict
+resources:
+  description: The extended resources NVIDIA's device plugin (mixed strategy) advertises for the GPUs as they end.
+  returned: always
+  type: dict
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
+    COMMON_ARGUMENT_SPEC,
+    POD_RESOURCES_ARGUMENT_SPEC,
+    free_space,
+    gpu_pids,
+    layout_lines,
+    nvml_session,
+    read_pod_resources,
+    run_module,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, node_resources, pods_of_pids
+
+_FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
+
+
+def figures(analysis):
+    return dict((key, analysis[key]) for key in _FIGURES)
+
+
+def current_instances(gpu):
+    """The GPU's instances as a layout: GPU instance profiles, or compute instance keys where they are split."""
+    wanted = {}
+    for gi in gpu['gpu_instances']:
+        names = [ci['profile'] for ci in gi['compute_instances']]
+        for name in (names if names != [gi['profile']] else [gi['profile']]):
+            wanted[name] = wanted.get(name, 0) + 1
+    return wanted
+
+
+def plan_repack(gpu, allocated, params):
+    """(status, reason, plan or None) for one GPU: pure, from its current state."""
+    if gpu['mig_mode']['current'] != 'enabled':
+        return 'mig_disabled', 'MIG is disabled', None
+    before = free_space(gpu)
+    if before['fragmentation'] <= params['fragmentation_above'] and before['stranded_slices'] <= params['stranded_above']:
+        return 'below_threshold', 'fragmentation %.2f and %d stranded slice(s) are within the thresholds' % (
+            before['fragmentation'], before['stranded_slices']), None
+    empty = [gi['id'] for gi in gpu['gpu_instances'] if not gi['compute_instances']]
+    if empty:
+        return 'no_idle_move', 'GPU instance(s) %s have no compute instance, which no layout describes' % empty, None
+    try:
+        plan = plan_gpu(gpu, current_instances(gpu), repack=True, allocated=allocated)
+    except PlanningError as exc:
+        return 'no_idle_move', str(exc), None
+    better = (plan.analysis['largest_placeable_slices'], -plan.analysis['stranded_slices']) > (
+        before['largest_placeable_slices'], -before['stranded_slices'])
+    if not plan.changed or not better:
+        held = [gi['id'] for gi in gpu['gpu_instances'] if gi.get('busy') or allocated.get(gi['id'])]
+        return 'no_idle_move', ('no move of an idle, unallocated instance improves the free space (busy or allocated '
+                                'instances %s stay where they are)' % held), None
+    return 'repacked', None, plan
+
+
+def main_body(module):
+    params = module.params
+    if params['fragmentation_above'] < 0 or params['stranded_above'] < 0:
+        module.fail_json(msg='fragmentation_above and stranded_above must be 0 or more')
+    pod_devices, dummy = read_pod_resources(module)
+    results = []
+    done = []
+    with nvml_session(module, exclusive=not module.check_mode) as backend:
+        host = backend.read_host()
+        held = allocations_of(host, pod_devices or [], None if pod_devices is not None else pods_of_pids(gpu_pids(host)))
+        planned = []
+        for gpu, dummy in select_gpus(host['gpus'], params['gpus']):
+            if not gpu['mig_capable']:
+                continue
+            allocated = (held.get(gpu['uuid']) or {}).get('instances', {})
+            status, reason, plan = plan_repack(gpu, allocated, params)
+            planned.append((gpu, status, reason, plan))
+        for gpu, status, reason, plan in planned:
+            actions = plan.actions if plan else []
+            if plan and not module.check_mode:
+                actions, dummy = apply_plan(backend, gpu, plan)
+            done.extend(dict(action, gpu=gpu['index']) for action in actions)
+            results.append({
+                'index': gpu['index'],
+                'uuid': gpu['uuid'],
+                'status': status,
+                'reason': reason,
+                'before': figures(free_space(gpu)) if gpu['profiles'] else None,
+                'after': figures(plan.analysis) if plan else None,
+                'actions': actions,
+                'before_layout': plan.before if plan else None,
+                'after_layout': plan.after if plan else None,
+            })
+        resources = node_resources(backend.read_host(with_profiles=False))
+    output = dict(changed=bool(done), gpus=results, actions=done, resources=resources)
+    if module._diff:
+        moved = [r for r in results if r['status'] == 'repacked']
+        output['diff'] = {
+            'before': ''.join(line + '\n' for r in moved for line in layout_lines(r['index'], r['before_layout'])),
+            'after': ''.join(line + '\n' for r in moved for line in layout_lines(r['index'], r['after_layout'])),
+        }
+    module.exit_json(**output)
+
+
+def main():
+    argument_spec = dict(
+        gpus=dict(type='list', elements='str', default=['all']),
+        fragmentation_above=dict(type='float', default=0.0),
+        stranded_above=dict(type='int', default=0),
+    )
+    argument_spec.update(COMMON_ARGUMENT_SPEC)
+    argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    run_module(module, main_body)
+
+
+if __name__ == '__main__':
+    main()
