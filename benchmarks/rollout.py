@@ -151,8 +151,8 @@ def main(argv=None):
     parser.add_argument('--repeats', type=int, default=3, help='runs of ping and of the no-op per fleet (median)')
     args = parser.parse_args(argv)
     print('playbooks/mig_layout.yml on simulated fleets (local connection, serial 100%%, default forks), median of %d:' % args.repeats)
-    print('%6s %9s %9s %7s %22s %10s %24s' % ('hosts', 'ping s', 'no-op s', 'ratio', 'no-op executions/host', 'switch s',
-                                           'switch executions/host'))
+    print('%6s %9s %9s %7s %22s %10s %24s' % (
+        'hosts', 'ping s', 'no-op s', 'ratio', 'no-op executions/host', 'switch s', 'switch executions/host'))
     for hosts in args.hosts:
         figures = bench_fleet(hosts, args.repeats)
         print('%6d %9.2f %9.2f %6.2fx %22s %10.2f %24s' % (

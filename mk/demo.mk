@@ -19,6 +19,9 @@ demo: bootstrap
 	$(DEMO_PLAYBOOK) playbooks/mig_layout.yml -e mig_layout_name=daytime -e mig_layout_serial=$(DEMO_SERIAL); \
 	echo "== summary"; \
 	$(DEMO_PLAYBOOK) playbooks/demo_summary.yml; \
+	echo "== report and fleet MIG map"; \
+	$(DEMO_PLAYBOOK) playbooks/mig_report.yml -e mig_report_map_path=$(CURDIR)/build/mig-fleet-map.html; \
+	echo "make demo: fleet MIG map in $(CURDIR)/build/mig-fleet-map.html (open it in a browser)"; \
 	echo "make demo: done in $$(( $$(date +%s) - start ))s"
 
 demo-clean:

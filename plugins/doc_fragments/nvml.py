@@ -44,7 +44,7 @@ options:
   pod_resources:
     description:
       - Which pods hold which GPU and MIG device, read from the kubelet's pod-resources API (needs C(grpcio) for the
-        module's Python). An instance a pod holds is busy: never destroyed, with or without processes.
+        module's Python). An instance a pod holds is busy and never destroyed, with or without processes.
       - V(auto) reads it when the socket exists, and otherwise maps the GPU processes to pods through their cgroups
         (pods with no running process are then unknown); V(required) fails where it cannot be read; V(off) reads
         nothing.

@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import Mode
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of
 
+
 class LayoutRequest(object):
     """What to converge to: the entries of one layout and how far the host may go.
 

@@ -467,8 +467,8 @@ def _no_match_reason(entries, gpu, memory_slices):
             _entries(by_filter, 'does not name', 'do not name'), gpu.get('pci_device_id'),
             ' (subsystem %s)' % gpu['pci_subsystem_id'] if gpu.get('pci_subsystem_id') else ''))
     if by_devices:
-        reasons.append('the devices of %s index %s' % (_entries(by_devices, 'do not include', 'do not include'),
-                                                         gpu['index']))
+        reasons.append('the devices of %s index %s' % (
+            _entries(by_devices, 'do not include', 'do not include'), gpu['index']))
     if by_slices:
         wanted = sorted(set(n for p in by_slices for n in entries[p][MEMORY_SLICES_KEY]))
         reasons.append('%s to GPUs with %s memory slices and this one %s' % (
@@ -778,8 +778,8 @@ def gpu_pods(pods, names=None):
             continue
         if any(owner.get('kind') == 'DaemonSet' for owner in metadata.get('ownerReferences') or []):
             continue
-        if wanted is not None and not wanted & set(['%s/%s' % (metadata.get('namespace', 'default'), metadata.get('name')),
-                                                       'uid:%s' % metadata.get('uid')]):
+        known_as = set(['%s/%s' % (metadata.get('namespace', 'default'), metadata.get('name')), 'uid:%s' % metadata.get('uid')])
+        if wanted is not None and not wanted & known_as:
             continue
         containers = list(spec.get('containers') or []) + list(spec.get('initContainers') or [])
         requested = set()

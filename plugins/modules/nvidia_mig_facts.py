@@ -24,6 +24,13 @@ extends_documentation_fragment:
 options:
   gpus:
     default: [all]
+  layout_file:
+    description:
+      - The declared layout that P(gpufleet.mig.nvidia_mig_layout#module) keeps on the host (C(<config_dir>/layout.json)).
+        When it exists, the facts say whether each GPU holds it (RV(ansible_facts.nvidia_mig.gpus[].in_layout)).
+      - Empty, or a file that does not exist, means no declared layout.
+    type: path
+    default: ''
 attributes:
   check_mode:
     support: full
@@ -76,6 +83,9 @@ ansible_facts:
         pod_resources:
           description: C(read) (whether the kubelet's pod-resources API answered) and C(reason) when it did not.
           type: dict
+        layout:
+          description: The name of the declared layout of O(layout_file), or null.
+          type: str
         gpus:
           description: One entry per selected GPU, in index order.
           type: list
@@ -116,6 +126,11 @@ ansible_facts:
               type: dict
             reset_required:
               description: A mode change is pending until a GPU reset or reboot.
+              type: bool
+            in_layout:
+              description:
+                - Whether the GPU holds the declared layout of O(layout_file); null without one, for a GPU no entry
+                  matches (left as it is), and for GPUs without MIG.
               type: bool
             allocated_to:
               description:
@@ -195,6 +210,8 @@ ansible_facts:
               returned: when the GPU is not MIG-capable
 '''
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_gpus
@@ -207,6 +224,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     read_pod_resources,
     run_module,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import BootApplyError, load_layout
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import in_layout_by_uuid
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, pods_of_pids
 
 
@@ -233,10 +252,24 @@ def gpu_facts(gpu, held=None):
     return facts
 
 
+def declared_state(module, host, pod_devices):
+    """(layout name, {GPU uuid: in layout or None}) against the declared layout file, if one is named and exists."""
+    path = module.params['layout_file']
+    if not path or not os.path.exists(path):
+        return None, {}
+    try:
+        dummy, request = load_layout(path)
+    except BootApplyError as exc:
+        module.fail_json(msg=str(exc))
+    request.pod_devices = pod_devices or []
+    return request.name, in_layout_by_uuid(host, request)
+
+
 def main_body(module):
     pod_devices, pod_status = read_pod_resources(module)
     with nvml_session(module, exclusive=False) as backend:
         host = backend.read_host()
+    layout, in_layout = declared_state(module, host, pod_devices)
     # Without pod-resources, the pods of running processes are still known from their cgroups.
     held = allocations_of(host, pod_devices or [], None if pod_devices is not None else pods_of_pids(gpu_pids(host)))
     selected = select_gpus(host['gpus'], module.params['gpus'])
@@ -245,13 +278,14 @@ def main_body(module):
         'nvml_version': host['nvml_version'],
         'simulated': host['simulated'],
         'pod_resources': pod_status,
-        'gpus': [gpu_facts(gpu, held.get(gpu['uuid'], {})) for gpu, dummy in selected],
+        'layout': layout,
+        'gpus': [dict(gpu_facts(gpu, held.get(gpu['uuid'], {})), in_layout=in_layout.get(gpu['uuid'])) for gpu, dummy in selected],
     }
     module.exit_json(changed=False, ansible_facts={'nvidia_mig': facts})
 
 
 def main():
-    argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']))
+    argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']), layout_file=dict(type='path', default=''))
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)

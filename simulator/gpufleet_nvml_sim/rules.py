@@ -167,7 +167,7 @@ def gi_remaining(model, instances, profile):
 
 def driver_branch(driver_version):
     """580 for '580.95.05'; 0 when the version does not start with a number."""
-    head = str(driver_version).split('.')[0]
+    head = str(driver_version).split('.', maxsplit=1)[0]
     return int(head) if head.isdigit() else 0
 
 

@@ -48,8 +48,8 @@ def test_compute_instance_profiles_per_gpu_instance_size(sim, model):
         expected = {}
         for slices, starts in COMPUTE_PLACEMENTS[row['compute_slices']].items():
             ci_id = expected_ci_profile_id(model, row, slices)
-            expected[ci_id] = (ci_id, slices, len(starts), 'MIG %s' % (row['name'] if slices == row['compute_slices'] else
-                                                                      '%dc.%s' % (slices, row['name'])))
+            name = row['name'] if slices == row['compute_slices'] else '%dc.%s' % (slices, row['name'])
+            expected[ci_id] = (ci_id, slices, len(starts), 'MIG %s' % name)
         found = ci_profile_infos(gi)
         assert found == expected, row['name']
         for ci_id, (dummy, slices, dummy, dummy) in found.items():

@@ -54,5 +54,3 @@ def test_problems_of_the_other_layouts():
     assert FILTERS['mig_layout_problems']({'version': 'v1', 'mig-configs': CONFIGS}, None, True) == problems
     with pytest.raises(AnsibleFilterError, match='unsupported mig-parted config version'):
         FILTERS['mig_layout_problems']({'version': 'v2'}, None, True)
-
-

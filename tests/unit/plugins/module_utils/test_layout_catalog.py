@@ -583,8 +583,9 @@ def test_concrete_instances_suffixed_shapes():
     ('A30', {'1g.2mem': 1}, '1g.2mem matches no profile'),
     ('A30', {'3c.4g': 1}, '3c.4g (3c.4g.24gb) is not a compute instance of 4g.24gb, which offers 1c.4g.24gb, 2c.4g.24gb, 4g.24gb'),
     ('A30', {'1g+gfx': 1}, '1g+gfx matches no profile'),
-    ('H100-SXM5-80GB', {'1g.24gb+me.all': 1}, '1g.24gb+me.all is not offered: the GPU offers 1g.10gb (1g), 1g.10gb+me (1g+me), '
-                                             '1g.20gb (1g.2mem), 2g.20gb (2g), 3g.40gb (3g), 4g.40gb (4g), 7g.80gb (7g)'),
+    ('H100-SXM5-80GB', {'1g.24gb+me.all': 1},
+     '1g.24gb+me.all is not offered: the GPU offers 1g.10gb (1g), 1g.10gb+me (1g+me), '
+     '1g.20gb (1g.2mem), 2g.20gb (2g), 3g.40gb (3g), 4g.40gb (4g), 7g.80gb (7g)'),
     ('H100-SXM5-80GB', {'0g.0gb': 1}, 'mig-devices key 0g.0gb: invalid MIG profile'),
 ])
 def test_concrete_instances_name_what_the_gpu_offers(model, mig_devices, reason):
@@ -639,12 +640,12 @@ def test_catalog_is_clean_yaml_with_the_five_layouts():
 
 def test_catalog_on_a_mixed_host_with_mig_disabled():
     """Before MIG is on: the mode is known for every GPU, the instances of some wait for the profiles."""
-    host = [disabled('H100-SXM5-80GB', 0), disabled('A30', 1), on_index(fake_gpu(2, '0x26B510DE', mig_capable=False,
-                                                                                  name='NVIDIA L40S'), 2)]
+    l40s = fake_gpu(2, '0x26B510DE', mig_capable=False, name='NVIDIA L40S')
+    host = [disabled('H100-SXM5-80GB', 0), disabled('A30', 1), on_index(l40s, 2)]
     configs = load_catalog()
     daytime = match_gpus(check_layout(configs, 'daytime'), host)
-    assert [(g['index'], g['pending'], g['mig_devices']) for g in daytime['gpus']] == [(0, False, {'1g': 'max'}),
-                                                                                         (1, False, {'1g': 'max'})]
+    assert [(g['index'], g['pending'], g['mig_devices']) for g in daytime['gpus']] == [
+        (0, False, {'1g': 'max'}), (1, False, {'1g': 'max'})]
     assert [s['index'] for s in daytime['skipped']] == [2]
     night = match_gpus(check_layout(configs, 'nighttime'), host)
     assert [(g['index'], g['pending'], g['mig_enabled']) for g in night['gpus']] == [(0, True, True), (1, True, True)]

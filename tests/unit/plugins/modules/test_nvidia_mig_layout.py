@@ -262,7 +262,7 @@ def test_boot_unit_command_restores_the_layout_after_a_reboot(simulated_host, ru
     env = dict(os.environ, PYTHONPATH=SIMULATOR_DIR, GPUFLEET_MIG_SIMULATOR=host.path)
     layout = os.path.join(host_paths['config_dir'], 'layout.json')
     boot = subprocess.run([sys.executable, '-c', poison, script, 'apply', '--layout', layout, '--metrics-dir', host_paths['metrics_dir']],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
     assert boot.returncode == 0, boot.stdout
     assert 'GPU 1: MIG mode set to enabled' in boot.stdout and 'layout nighttime applied' in boot.stdout
     state = host.read()
@@ -275,7 +275,7 @@ def test_boot_apply_records_a_busy_instance_and_fails(simulated_host, run_module
     host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED)}])
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
     assert not failed, result
-    first = [gi for gi in host.read()['gpus'][0]['gpu_instances']][0]
+    first = host.read()['gpus'][0]['gpu_instances'][0]
     simulator.set_pids(host.path, 0, first['id'], first['compute_instances'][0]['id'], [77])
     layout = os.path.join(host_paths['config_dir'], 'layout.json')
     declared = json.loads(read(layout))
@@ -465,7 +465,7 @@ def test_the_shipped_catalog_on_every_model(simulated_host, run_module, host_pat
 # ---- metrics: per instance, unmatched GPUs, stranded slice-seconds ----------------------------------
 
 def test_metrics_per_instance_with_their_pods_and_unmatched_gpus(simulated_host, run_module, host_paths, kubelet_with):
-    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+    simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
         {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in range(7)]},
         {'model': 'H100-SXM5-80GB'}])
     socket = kubelet_with(pods_on(mig_uuids(run_module), [2]))
@@ -538,3 +538,22 @@ def test_repack_never_forces_a_gpu_whose_instances_are_all_held(simulated_host, 
     assert result['gpus'][0]['status'] == 'no_idle_move' and 'stay where they are' in result['gpus'][0]['reason']
     result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off', 'stranded_above': -1})
     assert failed and 'or more' in result['msg']
+
+
+def test_facts_say_whether_each_gpu_holds_the_declared_layout(simulated_host, run_module, host_paths):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'H100-SXM5-80GB'}, {'model': 'L40S'}])
+    only_a100 = {'nighttime': [{'devices': 'all', 'device-filter': '0x20B210DE', 'mig-enabled': True, 'mig-devices': {'3g.40gb': 2}}]}
+    layout_file = os.path.join(host_paths['config_dir'], 'layout.json')
+    facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
+    assert not failed and facts['ansible_facts']['nvidia_mig']['layout'] is None
+    assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [None, None, None]
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, only_a100, apply=False))
+    assert not failed, result
+    facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
+    assert facts['ansible_facts']['nvidia_mig']['layout'] == 'nighttime'
+    assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [False, None, None]
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, only_a100))
+    facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
+    assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [True, None, None]
+    assert mutating_calls(host) and not failed
