@@ -65,14 +65,14 @@ class GpuDecision(object):
         held = allocations.get(gpu['uuid'], {})
         self.allocated = held.get('instances', {})
         self.evictable = request.evictable
-        # Pods holding the whole GPU: a mode change needs them gone (their processes are theirs).
+        # Pods holding the whole GPU: a mode change needs them gone.
         self.gpu_pods = list(held.get('gpu', [])) if self.mode.changed else []
         problem = self.mode.problem()
+        if problem and self.evictable and not self._pids_outside_pods(held):
+            problem = None      # every process belongs to a pod that is evicted first
         if self.gpu_pods and not self.evictable:
             problem = 'GPU %d (%s) is allocated to pod(s) %s; the MIG mode cannot change under them' % (
                 gpu['index'], gpu['uuid'], ', '.join(self.gpu_pods))
-        elif self.gpu_pods:
-            problem = None
         if problem:
             raise PlanningError(problem)
         self.instances = None
@@ -88,6 +88,14 @@ class GpuDecision(object):
         elif gpu['gpu_instances']:
             # MIG goes off: every instance goes first (busy or allocated ones refuse here).
             self.plan = plan_gpu(gpu, {}, allocated=self.allocated, evictable=self.evictable)
+
+    def _pids_outside_pods(self, held):
+        """Processes on the GPU that no pod holding it (or their instance) accounts for."""
+        pids = set() if held.get('gpu') else set(p['pid'] for p in self.gpu.get('processes') or [])
+        for gi in self.gpu['gpu_instances']:
+            if not self.allocated.get(gi['id']):
+                pids.update(p['pid'] for ci in gi['compute_instances'] for p in ci['processes'])
+        return sorted(pids)
 
     @property
     def index(self):
@@ -160,12 +168,11 @@ class GpuDecision(object):
 class HostDecision(object):
     """Every GPU of a host against one layout."""
 
-    def __init__(self, request, gpus, unmatched, skipped, allocations):
+    def __init__(self, request, gpus, unmatched, skipped):
         self.request = request
         self.gpus = gpus
         self.unmatched = unmatched
         self.skipped = skipped
-        self.allocations = allocations
 
     @property
     def in_layout(self):
@@ -189,7 +196,7 @@ def decide(host, request):
     by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
     allocations = allocations_of(host, request.pod_devices, request.pid_pods)
     decisions = [GpuDecision(by_index[match['index']], match, request, allocations) for match in matched['gpus']]
-    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'], allocations)
+    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
 
 
 def in_layout_by_uuid(host, request):

@@ -328,7 +328,8 @@ def kubelet_with(tmp_path_factory):
     directory = tempfile.mkdtemp(prefix='podres-')
 
     def start(allocations):
-        server = FakeKubelet(directory, list_answer=encode_list_response(allocations))
+        own = tempfile.mkdtemp(dir=directory)
+        server = FakeKubelet(own, list_answer=encode_list_response(allocations))
         servers.append(server)
         return server.path
     yield start
@@ -557,3 +558,20 @@ def test_facts_say_whether_each_gpu_holds_the_declared_layout(simulated_host, ru
     facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
     assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [True, None, None]
     assert mutating_calls(host) and not failed
+
+
+def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_processes(simulated_host, run_module, host_paths,
+                                                                                        kubelet_with):
+    busy = {'profile': '3g.40gb', 'start': 0, 'compute_instances': [{'profile': '3g.40gb', 'start': 0, 'pids': [4242]}]}
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [busy]}])
+    uuid = list(mig_uuids(run_module).values())[0]
+    socket = kubelet_with([{'namespace': 'team', 'pod': 'train', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-3g.40gb': [uuid]}}]}])
+    # The process runs in the pod that holds the instance: evicting the pod ends it.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, pod_resources_socket=socket, apply=False, evict=True))
+    assert not failed, result
+    assert result['pods_to_evict'] == ['team/train']
+    # Without the pod (pod-resources says nothing), the process is nobody's: never touched.
+    empty = kubelet_with([])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, pod_resources_socket=empty, apply=False, evict=True))
+    assert failed and '4242' in result['msg']
+    assert mutating_calls(host) == []
