@@ -15,16 +15,16 @@ import sys
 import pytest
 import yaml
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(REPO, 'build', 'collections')
-BIN = os.path.dirname(os.path.abspath(sys.executable))
+from ..support.playbook import COLLECTIONS, REPO
+from ..support.playbook import ansible_environment as ansible_env
 
 # Like the Makefile's PYTEST_ENV: the collection imports as ansible_collections.gpufleet.mig.
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
-# What an AWX project checkout of this repository needs to run the playbooks.
-PROJECT_CONTENT = ('ansible.cfg', 'galaxy.yml', 'meta', 'plugins', 'roles', 'playbooks', 'inventories')
+# What an AWX project checkout of this repository needs to run the playbooks (simulator/: the
+# simulated fleet's NVML simulator and simulator/seed.yml).
+PROJECT_CONTENT = ('ansible.cfg', 'galaxy.yml', 'meta', 'plugins', 'roles', 'playbooks', 'inventories', 'simulator')
 
 AWX_VARS_FILE = os.path.join(REPO, 'playbooks', 'vars', 'awx.yml')
 
@@ -37,22 +37,6 @@ def load_yaml(path):
 def awx_vars():
     """The defaults of playbooks/awx_configure.yml."""
     return load_yaml(AWX_VARS_FILE)
-
-
-def ansible_env(**extra):
-    """Environment of an ansible-playbook run from this checkout (the Makefile's ANSIBLE_ENV), without proxies."""
-    env = dict((k, v) for k, v in os.environ.items() if not k.lower().endswith('_proxy'))
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
-        ANSIBLE_ROLES_PATH=os.path.join(REPO, 'roles'),
-        ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'),
-        ANSIBLE_NOCOLOR='1',
-        ANSIBLE_FORCE_COLOR='0',
-        PATH=BIN + os.pathsep + os.environ.get('PATH', ''),
-    )
-    env.pop('PYTHONPATH', None)
-    env.update(extra)
-    return env
 
 
 def run(argv, env=None, timeout=300):
@@ -72,6 +56,20 @@ def copy_project(dest):
         else:
             shutil.copy2(src, os.path.join(dest, name))
     return dest
+
+
+@pytest.fixture
+def ansible_process_env(monkeypatch):
+    """This process's environment as ansible_env() makes it, without controller settings: what the playbooks
+    that tests.support.playbook.run_playbook starts (ansible-runner) inherit."""
+    env = ansible_env()
+    for name in ('CONTROLLER_HOST', 'CONTROLLER_OAUTH_TOKEN', 'CONTROLLER_USERNAME', 'CONTROLLER_PASSWORD'):
+        env.pop(name, None)
+    for name in list(os.environ):
+        if name not in env:
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture

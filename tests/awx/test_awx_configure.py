@@ -10,13 +10,14 @@ __metaclass__ = type
 import datetime
 import json
 import os
-import re
 
+import pytest
 import yaml
 
 from ansible_collections.gpufleet.mig.plugins.filter.awx_rrule import awx_rrule
 
-from .conftest import REPO, ansible_env, awx_vars, run
+from ..support.playbook import REPO, run_playbook
+from .conftest import awx_vars
 from .dst import check_wall_clock_across_dst
 
 PLAYBOOK = os.path.join('playbooks', 'awx_configure.yml')
@@ -35,25 +36,24 @@ SETTINGS = {
 }
 
 
-def recap(output):
-    match = re.search(r'localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)', output)
-    assert match, output[-3000:]
-    return dict(zip(('ok', 'changed', 'unreachable', 'failed'), (int(n) for n in match.groups())))
-
-
 def configure(tmp_path, url, token, settings, via_env=True, name='vars.yml', extra_args=()):
-    """Run awx_configure.yml with extra vars ``settings``; the connection from the environment or from variables."""
+    """Run awx_configure.yml with extra vars ``settings`` (tests/support/playbook.py, in the environment of the
+    ansible_process_env fixture); the connection from the environment or from variables. Returns the PlaybookRun."""
     settings = dict(settings)
-    env = ansible_env()
-    for key in ('CONTROLLER_HOST', 'CONTROLLER_OAUTH_TOKEN', 'CONTROLLER_USERNAME', 'CONTROLLER_PASSWORD'):
-        env.pop(key, None)
+    envvars = {}
     if via_env:
-        env.update(CONTROLLER_HOST=url, CONTROLLER_OAUTH_TOKEN=token)
+        envvars.update(CONTROLLER_HOST=url, CONTROLLER_OAUTH_TOKEN=token)
     else:
         settings.update(awx_controller_host=url, awx_controller_oauthtoken=token)
     path = tmp_path / name
     path.write_text(yaml.safe_dump(settings))
-    return run(['ansible-playbook', PLAYBOOK, '-e', '@%s' % path] + list(extra_args), env=env, timeout=240)
+    return run_playbook(PLAYBOOK, args=['-e', '@%s' % path] + list(extra_args), envvars=envvars, project_dir=REPO, timeout=240)
+
+
+def changed_count(run):
+    """How many tasks changed something (the play runs on localhost only)."""
+    assert sorted(run.stats) == ['localhost'], run.describe()
+    return run.stats['localhost']['changed']
 
 
 def by_name(fake, collection, name):
@@ -64,6 +64,7 @@ def credential_names(fake, collection, obj):
     return [fake.one('credentials', id=cid)['name'] for cid in fake.related(collection, obj['id'], 'credentials')]
 
 
+@pytest.mark.usefixtures('ansible_process_env')
 def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp_path):
     fake, url = fake_awx
     org = fake.add('organizations', name='Default')
@@ -73,8 +74,8 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
     defaults = awx_vars()
 
     first = configure(tmp_path, url, fake.token, SETTINGS)
-    assert first.returncode == 0, first.stdout[-6000:]
-    assert recap(first.stdout)['changed'] > 0
+    assert first.rc == 0, first.describe()
+    assert changed_count(first) > 0
 
     # Referenced, never created: organizations and credentials.
     assert sorted(o['name'] for o in fake.find('organizations')) == ['Default', 'Research']
@@ -103,7 +104,7 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
 
     templates = dict((jt['name'], jt) for jt in fake.find('job_templates'))
     assert sorted(templates) == sorted(['MIG layout - daytime', 'MIG layout - nighttime', 'MIG report',
-                                        defaults['awx_config_template_name']])
+                                        defaults['awx_repack_template_name'], defaults['awx_config_template_name']])
     for jt in templates.values():
         assert (jt['project'], jt['inventory'], jt['organization'], jt['execution_environment']) == (
             project['id'], inventory['id'], org['id'], ee['id'])
@@ -115,6 +116,14 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
                                                 'mig_layout_max_fail_percentage': 25}
         assert (jt['job_slice_count'], jt['allow_simultaneous']) == (1, False)
         assert credential_names(fake, 'job_templates', jt) == ['GPU hosts - SSH', 'Fleet vault']
+    repack = templates[defaults['awx_repack_template_name']]
+    assert repack['playbook'] == 'playbooks/mig_repack.yml'
+    assert json.loads(repack['extra_vars']) == {
+        'mig_layout_serial': '25%', 'mig_layout_max_fail_percentage': 25,
+        'mig_layout_repack_fragmentation_above': defaults['awx_repack_fragmentation_above'],
+        'mig_layout_repack_stranded_above': defaults['awx_repack_stranded_above']}
+    assert (repack['job_slice_count'], repack['allow_simultaneous']) == (1, False)
+    assert credential_names(fake, 'job_templates', repack) == ['GPU hosts - SSH', 'Fleet vault']
     report = templates['MIG report']
     assert (report['playbook'], report['job_slice_count']) == ('playbooks/mig_report.yml', 8)
     assert credential_names(fake, 'job_templates', report) == ['GPU hosts - SSH', 'Fleet vault']
@@ -123,7 +132,11 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
     assert credential_names(fake, 'job_templates', config) == ['AWX - controller']
 
     schedules = dict((s['name'], s) for s in fake.find('schedules'))
-    assert sorted(schedules) == ['MIG layout - daytime - schedule', 'MIG layout - nighttime - schedule']
+    repack_schedules = ['%s - schedule %s' % (defaults['awx_repack_template_name'], time) for time in defaults['awx_repack_times']]
+    assert sorted(schedules) == sorted(['MIG layout - daytime - schedule', 'MIG layout - nighttime - schedule'] + repack_schedules)
+    for name, time in zip(repack_schedules, defaults['awx_repack_times']):
+        assert schedules[name]['unified_job_template'] == repack['id']
+        assert schedules[name]['rrule'] == awx_rrule(time, 'Europe/Berlin', [], defaults['awx_schedule_start_date'])
     for switch in defaults['awx_layout_switches']:
         schedule = schedules['MIG layout - %s - schedule' % switch['layout']]
         assert schedule['unified_job_template'] == templates['MIG layout - %s' % switch['layout']]['id']
@@ -139,39 +152,46 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
     # Second run, the connection from variables this time (-vvv: the token must stay hidden): nothing changes.
     fake.requests[:] = []
     second = configure(tmp_path, url, fake.token, SETTINGS, via_env=False, name='vars2.yml', extra_args=['-vvv'])
-    assert second.returncode == 0, second.stdout[-6000:]
-    assert recap(second.stdout)['changed'] == 0, second.stdout[-6000:]
+    assert second.rc == 0, second.describe()
+    assert changed_count(second) == 0, second.describe()
     assert fake.requests and fake.changes() == []
-    assert fake.token not in second.stdout
+    # Neither in the output nor in any event (module arguments and results).
+    assert fake.token not in json.dumps(second.to_dict(raw=True))
 
-    # New York, weekdays only: the two schedules are updated in place, nothing else changes.
+    # New York, weekdays only: the schedules (two switches, two repacks) are updated in place, nothing else changes.
     fake.requests[:] = []
     third = configure(tmp_path, url, fake.token, dict(SETTINGS, awx_schedule_timezone='America/New_York',
                                                       awx_schedule_weekdays=['weekdays']), name='vars3.yml')
-    assert third.returncode == 0, third.stdout[-6000:]
-    assert recap(third.stdout)['changed'] == 1   # the schedules task (two items)
+    assert third.rc == 0, third.describe()
+    assert third.changed_tasks('localhost') == ['Schedules of the layout switches', 'Schedules of the repack'], third.describe()
     patched = sorted(path for method, path in fake.changes())
     assert patched == sorted(schedule['url'] for schedule in schedules.values())
-    assert len(fake.find('schedules')) == 2
+    assert len(fake.find('schedules')) == 4
+    for name in sorted(schedules):
+        rule = fake.one('schedules', name=name)['rrule']
+        assert rule.startswith('DTSTART;TZID=America/New_York:'), (name, rule)
+        assert rule.endswith('RRULE:FREQ=WEEKLY;INTERVAL=1;BYDAY=MO,TU,WE,TH,FR'), (name, rule)
     for switch in defaults['awx_layout_switches']:
         rule = fake.one('schedules', name='MIG layout - %s - schedule' % switch['layout'])['rrule']
-        assert rule.startswith('DTSTART;TZID=America/New_York:')
-        assert rule.endswith('RRULE:FREQ=WEEKLY;INTERVAL=1;BYDAY=MO,TU,WE,TH,FR')
         for change_day in (datetime.date(2026, 3, 8), datetime.date(2026, 11, 1)):
             check_wall_clock_across_dst(rule, 'America/New_York', change_day, switch['time'], weekdays=(0, 1, 2, 3, 4))
 
 
+@pytest.mark.usefixtures('ansible_process_env')
 def test_bad_schedule_settings_fail_before_the_controller_is_contacted(fake_awx, tmp_path):
     fake, url = fake_awx
     result = configure(tmp_path, url, fake.token, {'awx_schedule_timezone': 'Europe/Berln'})
-    assert result.returncode != 0
-    assert "unknown timezone 'Europe/Berln'" in result.stdout and 'did you mean Europe/Berlin' in result.stdout
+    assert result.rc != 0
+    failure = ' '.join(result.messages.get('localhost', []))
+    assert "unknown timezone 'Europe/Berln'" in failure and 'did you mean Europe/Berlin' in failure, result.describe()
     assert fake.requests == []
 
 
+@pytest.mark.usefixtures('ansible_process_env')
 def test_missing_organization_is_reported_not_created(fake_awx, tmp_path):
     fake, url = fake_awx
     result = configure(tmp_path, url, fake.token, {'awx_organization': 'GPU platform'})
-    assert result.returncode != 0
-    assert 'The organization GPU platform does not exist on the controller' in result.stdout, result.stdout[-3000:]
+    assert result.rc != 0
+    failure = ' '.join(result.messages.get('localhost', []))
+    assert 'The organization GPU platform does not exist on the controller' in failure, result.describe()
     assert fake.changes() == [] and fake.find('organizations') == []

@@ -106,4 +106,5 @@ def test_ansible_builder_create_offline(tmp_path):
             '/build/gpufleet/gpufleet-mig-*.tar.gz') in containerfile
     # The collection is installed after the requirements (kubernetes.core, its dependency, first).
     assert containerfile.index('-r requirements.yml --collections-path') < containerfile.index('/build/gpufleet/gpufleet-mig-')
-    assert 'sha256sum --check' in containerfile
+    # The role evicts through kubernetes.core's API calls: the EE downloads no kubectl (nor anything else).
+    assert 'kubectl' not in containerfile and 'curl ' not in containerfile

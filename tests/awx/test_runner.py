@@ -1,13 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.mig contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The layout switch and the report run through ansible-runner the way AWX runs a job.
+"""The layout switch and the report run through ansible-runner the way AWX runs a job
+(tests/support/playbook.py), checked against tests/support/expected_layouts.yml.
 
 AWX hands ansible-runner a private data directory: ``project/`` (the project checkout),
 ``inventory/``, ``env/extravars`` (the job template's extra vars), ``env/envvars`` and
 ``env/settings``; the collection comes from the execution environment's collections path. The same
 layout is built here around a copy of the repository and of the simulated fleet inventory, with
-the simulator state in a temporary folder (nothing is written into the repository's .state/).
+the simulator state in a temporary folder (nothing is written into the repository's .state/),
+created by a first job of simulator/seed.yml.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,18 +22,13 @@ import os
 import pytest
 import yaml
 
-from .conftest import BIN, REPO, awx_vars, copy_project
+from ..support.layouts import expected_instances, layout_errors, nvml_name
+from ..support.playbook import BIN, REPO, run_playbook
+from .conftest import awx_vars, copy_project
 
-ansible_runner = pytest.importorskip('ansible_runner')
+pytest.importorskip('ansible_runner')
 
 SIM_HOSTS = ('sim-a100-01', 'sim-a30-01', 'sim-h100-01', 'sim-h200-01')
-# GPU instance profiles per model after each layout (roles/mig_layout/files/catalog.yml); L40S has no MIG.
-EXPECTED = {
-    'nighttime': {'A100-SXM4-80GB': ['3g.40gb'] * 2, 'A30': ['2g.12gb'] * 2, 'H100-SXM5-80GB': ['3g.40gb'] * 2,
-                  'H200': ['3g.71gb'] * 2, 'L40S': []},
-    'daytime': {'A100-SXM4-80GB': ['1g.10gb'] * 7, 'A30': ['1g.6gb'] * 4, 'H100-SXM5-80GB': ['1g.10gb'] * 7,
-                'H200': ['1g.18gb'] * 7, 'L40S': []},
-}
 
 
 def write_yaml(path, data):
@@ -40,13 +37,14 @@ def write_yaml(path, data):
 
 
 def read_state(state_dir):
-    """{host: [(model, MIG mode, sorted GI profiles), ...]} from the simulator state files."""
+    """{host: [(NVML name, MIG mode, [(GI profile, start), ...]), ...]} from the simulator state files."""
     hosts = {}
     for host in SIM_HOSTS:
         with open(os.path.join(state_dir, host, 'gpus.json')) as handle:
             state = json.load(handle)
-        hosts[host] = [(gpu['model'], gpu.get('mig', {}).get('current', 'disabled'),
-                        sorted(gi['profile'] for gi in gpu.get('gpu_instances', []))) for gpu in state['gpus']]
+        hosts[host] = [(nvml_name(gpu['model']), gpu.get('mig', {}).get('current', 'disabled'),
+                        sorted((gi['profile'], gi['start']) for gi in gpu.get('gpu_instances', [])))
+                       for gpu in state['gpus']]
     return hosts
 
 
@@ -80,7 +78,7 @@ def private_data_dir(tmp_path, monkeypatch):
     inventory = pdd / 'inventory'
     (inventory / 'group_vars').mkdir(parents=True)
     for name in ('hosts.yml', os.path.join('group_vars', 'all.yml')):
-        with open(os.path.join(REPO, 'inventories', 'simulated', name)) as src:
+        with open(os.path.join(os.path.join(REPO, 'inventories', 'simulated'), name)) as src:
             (inventory / name).write_text(src.read())
     (pdd / 'env').mkdir()
     write_yaml(str(pdd / 'env' / 'envvars'), {
@@ -94,60 +92,85 @@ def private_data_dir(tmp_path, monkeypatch):
 
 
 def run_job(pdd, playbook, extravars):
-    """One job as AWX launches it: extra vars in env/extravars, then ansible_runner.run()."""
+    """One job as AWX launches it: extra vars in env/extravars, then ansible-runner (tests/support/playbook.py)."""
     write_yaml(str(pdd / 'env' / 'extravars'), extravars)
-    runner = ansible_runner.run(private_data_dir=str(pdd), playbook=playbook, quiet=True)
-    output = runner.stdout.read()
-    assert (runner.rc, runner.status) == (0, 'successful'), output[-6000:]
-    return runner, output
+    run = run_playbook(playbook, private_data_dir=str(pdd))
+    assert (run.rc, run.status) == (0, 'successful'), run.describe() + '\n' + run.stdout[-6000:]
+    return run
 
 
-def layout_extravars(layout, state_dir):
-    """The extra vars of job template "MIG layout - <layout>" (awx_configure.yml), plus the test's state dir."""
+def simulator_extravars(pdd, state_dir):
+    """Where the simulated fleet lives: its state in the test's folder, its simulator package in the project
+    checkout (inventories/simulated finds the repository from the inventory's folder, which AWX replaces)."""
+    return {'gpufleet_sim_state_dir': state_dir, 'gpufleet_sim_repository': str(pdd / 'project')}
+
+
+def layout_extravars(layout, pdd, state_dir):
+    """The extra vars of job template "MIG layout - <layout>" (awx_configure.yml), plus the simulated fleet's."""
     defaults = awx_vars()
-    return {
+    extravars = {
         'mig_layout_name': layout,
         'mig_layout_serial': defaults['awx_mig_layout_serial'],
         'mig_layout_max_fail_percentage': defaults['awx_mig_layout_max_fail_percentage'],
-        'gpufleet_sim_state_dir': state_dir,
     }
+    extravars.update(simulator_extravars(pdd, state_dir))
+    return extravars
 
 
 def assert_layout(state_dir, layout):
+    """Every GPU as tests/support/expected_layouts.yml says for ``layout``, which every host declares."""
     for host, gpus in read_state(state_dir).items():
-        for model, mode, profiles in gpus:
-            assert profiles == EXPECTED[layout][model], (host, model, profiles)
-            assert mode == ('disabled' if model == 'L40S' else 'enabled'), (host, model, mode)
+        assert layout_errors(layout, gpus) == [], (host, layout)
         assert declared(state_dir, host) == layout
 
 
 def test_layout_switch_jobs_and_report_as_awx_runs_them(private_data_dir):
     pdd, state_dir = private_data_dir
 
-    # 20:00: nighttime on a fresh fleet (MIG off everywhere, simulator state created by the job).
-    runner, _output = run_job(pdd, 'playbooks/mig_layout.yml', layout_extravars('nighttime', state_dir))
-    assert sorted(runner.stats['changed']) == sorted(SIM_HOSTS)
-    assert not runner.stats['failures'] and not runner.stats['dark']
+    # The simulated fleet's GPUs (MIG off everywhere), as `make demo` creates them.
+    run = run_job(pdd, 'simulator/seed.yml', simulator_extravars(pdd, state_dir))
+    assert run.changed == sorted(SIM_HOSTS)
+
+    # 20:00: nighttime on the fresh fleet.
+    run = run_job(pdd, 'playbooks/mig_layout.yml', layout_extravars('nighttime', pdd, state_dir))
+    assert run.changed == sorted(SIM_HOSTS)
+    assert not run.failed and not run.unreachable
     assert_layout(state_dir, 'nighttime')
     night = read_state(state_dir)
 
     # 08:00: back to daytime; every host changes again.
-    runner, _output = run_job(pdd, 'playbooks/mig_layout.yml', layout_extravars('daytime', state_dir))
-    assert sorted(runner.stats['changed']) == sorted(SIM_HOSTS)
-    assert not runner.stats['failures'] and not runner.stats['dark']
+    run = run_job(pdd, 'playbooks/mig_layout.yml', layout_extravars('daytime', pdd, state_dir))
+    assert run.changed == sorted(SIM_HOSTS)
+    assert not run.failed and not run.unreachable
     assert_layout(state_dir, 'daytime')
     assert read_state(state_dir) != night
 
-    # The report job: reads only, reports every host.
+    # The report job: reads the hosts only, reports every host; on the controller it writes the fleet map.
     before = snapshot(state_dir)
-    runner, output = run_job(pdd, 'playbooks/mig_report.yml', {'gpufleet_sim_state_dir': state_dir})
-    assert not runner.stats['changed']
+    fleet_map = os.path.join(os.path.dirname(state_dir), 'mig-fleet-map.html')
+    run = run_job(pdd, 'playbooks/mig_report.yml', dict(simulator_extravars(pdd, state_dir), mig_report_map_path=fleet_map))
+    assert run.changed == ['localhost'] and os.path.isfile(fleet_map)
     assert snapshot(state_dir) == before
-    assert sorted(runner.stats['ok']) == sorted(SIM_HOSTS + ('localhost',))
-    for line in ('GPU 0 A100-SXM4-80GB: MIG enabled, 7x1g.10gb;', 'GPU 1 A30: MIG enabled, 4x1g.6gb; 0 free slice(s)',
-                 'GPU 0 H200: MIG enabled, 7x1g.18gb;', 'GPU 1 L40S: no MIG', "'declared layout: daytime'",
-                 '4 host(s), 8 GPU(s), 7 with MIG enabled, 43 GPU instance(s)', 'layouts: daytime'):
-        assert line in output, line
-    assert output.count("'declared layout: daytime'") == len(SIM_HOSTS)
+    assert sorted(host for host, counts in run.stats.items() if counts['ok']) == sorted(SIM_HOSTS + ('localhost',))
+    report = run.task_results('Report the layout and fragmentation of each GPU')
+    assert sorted(report) == sorted(SIM_HOSTS)
+    assert all(res['msg'][0] == 'declared layout: daytime' for res in report.values()), report
+    for host, line in (('sim-a100-01', report_line(0, 'A100-SXM4-80GB') + ';'),
+                       ('sim-a30-01', report_line(1, 'A30') + '; 0 free slice(s)'),
+                       ('sim-h200-01', report_line(0, 'H200') + ';'),
+                       ('sim-h200-01', 'GPU 1 L40S: no MIG')):
+        assert any(shown.startswith(line) for shown in report[host]['msg']), (line, report[host]['msg'])
+    instances = sum(len(expected_instances('daytime', gpu[0])) for gpus in read_state(state_dir).values() for gpu in gpus)
+    summary = run.task_results('Summarise the hosts of this job')['localhost']['msg']
+    assert summary.startswith('4 host(s), 8 GPU(s), 7 with MIG enabled, 0 not in their declared layout, %d GPU instance(s)'
+                              % instances), summary
+    assert summary.endswith('layouts: daytime'), summary
     # Nothing was written into the repository's own simulator state or project copy's.
     assert not os.path.exists(os.path.join(str(pdd), 'project', '.state'))
+
+
+def report_line(index, model):
+    """How mig_report.yml shows a daytime GPU of simulator model ``model``: "GPU 0 A30: MIG enabled, 4x1g.6gb"."""
+    name = nvml_name(model)
+    instances = expected_instances('daytime', name)
+    return 'GPU %d %s: MIG enabled, %dx%s' % (index, name.replace('NVIDIA ', ''), len(instances), instances[0][0])

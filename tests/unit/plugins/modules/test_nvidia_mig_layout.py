@@ -560,8 +560,8 @@ def test_facts_say_whether_each_gpu_holds_the_declared_layout(simulated_host, ru
     assert mutating_calls(host) and not failed
 
 
-def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_processes(simulated_host, run_module, host_paths,
-                                                                                        kubelet_with):
+def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_processes(
+        simulated_host, run_module, host_paths, kubelet_with):
     busy = {'profile': '3g.40gb', 'start': 0, 'compute_instances': [{'profile': '3g.40gb', 'start': 0, 'pids': [4242]}]}
     host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [busy]}])
     uuid = list(mig_uuids(run_module).values())[0]
