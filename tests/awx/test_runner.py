@@ -28,7 +28,7 @@ from .conftest import awx_vars, copy_project
 
 pytest.importorskip('ansible_runner')
 
-SIM_HOSTS = ('sim-a100-01', 'sim-a30-01', 'sim-h100-01', 'sim-h200-01')
+SIM_HOSTS = ('sim-a100-01', 'sim-a30-01', 'sim-h100-01', 'sim-h200-01', 'sim-b200-01', 'sim-rtxpro-01')
 
 
 def write_yaml(path, data):
@@ -158,11 +158,13 @@ def test_layout_switch_jobs_and_report_as_awx_runs_them(private_data_dir):
     for host, line in (('sim-a100-01', report_line(0, 'A100-SXM4-80GB') + ';'),
                        ('sim-a30-01', report_line(1, 'A30') + '; 0 free slice(s)'),
                        ('sim-h200-01', report_line(0, 'H200') + ';'),
-                       ('sim-h200-01', 'GPU 1 L40S: no MIG')):
+                       ('sim-h200-01', 'GPU 1 L40S: no MIG'),
+                       ('sim-b200-01', report_line(1, 'B200') + ';'),
+                       ('sim-rtxpro-01', report_line(0, 'RTX-PRO-6000-SERVER') + '; 0 free slice(s)')):
         assert any(shown.startswith(line) for shown in report[host]['msg']), (line, report[host]['msg'])
     instances = sum(len(expected_instances('daytime', gpu[0])) for gpus in read_state(state_dir).values() for gpu in gpus)
     summary = run.task_results('Summarise the hosts of this job')['localhost']['msg']
-    assert summary.startswith('4 host(s), 8 GPU(s), 7 with MIG enabled, 0 not in their declared layout, %d GPU instance(s)'
+    assert summary.startswith('6 host(s), 11 GPU(s), 10 with MIG enabled, 0 not in their declared layout, %d GPU instance(s)'
                               % instances), summary
     assert summary.endswith('layouts: daytime'), summary
     # Nothing was written into the repository's own simulator state or project copy's.

@@ -53,9 +53,9 @@ def test_expected_instances_and_layout_errors():
         "GPU 0 (NVIDIA A30): MIG enabled, [('2g.12gb', 0), ('2g.12gb', 2)]; expected MIG enabled, "
         "[('1g.6gb', 0), ('1g.6gb', 1), ('1g.6gb', 2), ('1g.6gb', 3)]"]
     assert len(layout_errors('nighttime', [('NVIDIA A30', 'disabled', [])])) == 1
-    with pytest.raises(KeyError, match='no expectation for NVIDIA B200 in layout daytime'):
-        expected_instances('daytime', 'NVIDIA B200')
+    with pytest.raises(KeyError, match='no expectation for NVIDIA GB300 in layout daytime'):
+        expected_instances('daytime', 'NVIDIA GB300')
     with pytest.raises(KeyError, match='layout evening is not in %s' % EXPECTED_LAYOUTS_FILE):
         expected_instances('evening', 'NVIDIA A30')
-    with pytest.raises(KeyError, match='B200 names no model'):
-        nvml_name('B200')
+    with pytest.raises(KeyError, match='GB300 names no model'):
+        nvml_name('GB300')
