@@ -355,7 +355,7 @@ def paths_of(params):
 def keep_files(module, systemd, paths, request, decision):
     """Write the boot-time files that differ; enable the units (a changed unit reloads systemd first)."""
     params = module.params
-    files = _host_files.boot_files(paths, request, decision, params['boot_persistence'], systemd.enabled)
+    files = _host_files.boot_files(paths, request, decision, params['boot_persistence'], metrics_timer=bool(paths.metrics_dir))
     changed = _host_files.sync(files, module.check_mode)
     units = []
     if params['boot_persistence']:
