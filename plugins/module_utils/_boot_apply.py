@@ -134,7 +134,7 @@ def main(argv=None):
             try:
                 if args.action == 'apply':
                     try:
-                        dummy, dummy2, done = converge(backend, request, apply=True)
+                        dummy, dummy2, done, dummy3 = converge(backend, request, apply=True)
                         for action in done:
                             sys.stdout.write('gpufleet-mig: GPU %s: %s\n' % (action['gpu'], _describe(action)))
                         record_apply(config_dir, request.name, 'success', 'boot')

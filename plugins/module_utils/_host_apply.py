@@ -225,18 +225,20 @@ def _no_clients():
     yield []
 
 
-def converge(backend, request, apply=True, hold_clients=None):
-    """Read, decide and (when ``apply``) bring the host to the layout, then verify it.
+def converge(backend, request, apply=True, hold_clients=None, host=None):
+    """Decide and (when ``apply``) bring the host to the layout, then verify it.
 
+    ``host``: the backend's read of the host, when the caller has one already (else it is read).
     ``hold_clients``: a context manager factory that keeps the host's GPU clients stopped while the
     GPUs change (the module stops systemd services; the boot unit runs before them). Returns
-    (decision before, decision after or None, actions done). A GPU whose mode stays pending
-    (reset not allowed or refused) ends ``reboot_required``; any other difference after the apply
-    is an ApplyError.
+    (decision before, decision after or None, actions done, the host as it is now). A GPU whose
+    mode stays pending (reset not allowed or refused) ends ``reboot_required``; any other
+    difference after the apply is an ApplyError.
     """
-    before = decide(backend.read_host(), request)
+    host = host or backend.read_host()
+    before = decide(host, request)
     if not apply or before.in_layout:
-        return before, None, []
+        return before, None, [], host
     if request.evictable:
         raise PlanningError('an apply never plans with evictable pods: evict them, then apply without evictable')
     done = []
@@ -244,13 +246,14 @@ def converge(backend, request, apply=True, hold_clients=None):
         for gpu_decision in before.gpus:
             if not gpu_decision.in_layout:
                 done.extend(_apply_gpu(backend, gpu_decision, request))
-    after = decide(backend.read_host(), request)
+    host = backend.read_host()
+    after = decide(host, request)
     wrong = [g for g in after.gpus if not g.in_layout and not g.reboot_required]
     if wrong:
         raise ApplyError('after applying layout %s, GPU(s) %s do not hold it: %s' % (
             request.name, ', '.join(str(g.index) for g in wrong),
             '; '.join('GPU %d: %s' % (g.index, g.actions()) for g in wrong)), done, None)
-    return before, after, done
+    return before, after, done, host
 
 
 def _apply_gpu(backend, decision, request):

@@ -372,10 +372,10 @@ def keep_files(module, systemd, paths, request, decision):
     return changed
 
 
-def refresh_metrics(module, backend, paths, request):
-    """The metrics textfile (bookkeeping: never reported as a change)."""
+def refresh_metrics(module, host, paths, request):
+    """The metrics textfile for ``host`` as read (bookkeeping: never reported as a change)."""
     if paths.metrics_dir and not module.check_mode:
-        content = metrics_content(backend.read_host(), request, paths.config_dir, request.pod_devices)
+        content = metrics_content(host, request, paths.config_dir, request.pod_devices)
         _host_files.sync([(paths.metrics_file, content, 0o644)], False)
 
 
@@ -423,7 +423,7 @@ def main_body(module):
         if not module.check_mode:
             with nvml_session(module) as backend:
                 record_apply(paths.config_dir, request.name, 'failed', 'ansible', params['record_failure'])
-                refresh_metrics(module, backend, paths, request)
+                refresh_metrics(module, backend.read_host(), paths, request)
         module.exit_json(changed=False, layout=request.name, recorded=params['record_failure'])
 
     owners = other_owners(module, systemd)
@@ -441,21 +441,22 @@ def main_body(module):
             clients.extend(stopped)
 
     with nvml_session(module, exclusive=not module.check_mode) as backend:
+        host = backend.read_host()
         if pod_devices is None:
             # Without pod-resources, the pods of running processes are still known from their cgroups.
-            request.pid_pods = pods_of_pids(gpu_pids(backend.read_host(with_profiles=False)))
+            request.pid_pods = pods_of_pids(gpu_pids(host))
         try:
-            before, after, done = converge(backend, request, apply=apply, hold_clients=hold_clients)
+            before, after, done, host = converge(backend, request, apply=apply, hold_clients=hold_clients, host=host)
         except Exception as exc:  # recorded for the metrics, then reported by run_module
             if apply:
                 record_apply(paths.config_dir, request.name, 'failed', 'ansible', str(exc))
-                refresh_metrics(module, backend, paths, request)
+                refresh_metrics(module, backend.read_host(), paths, request)
             raise
         if done:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
         files = keep_files(module, systemd, paths, request, before)
-        refresh_metrics(module, backend, paths, request)
-        resources = node_resources(backend.read_host(with_profiles=False))
+        refresh_metrics(module, host, paths, request)
+    resources = node_resources(host)
     final = after or before
     for gpu in before.unmatched:
         module.warn('GPU %s (%s) is left as it is: %s' % (gpu['index'], gpu.get('name'), gpu['reason']))

@@ -201,7 +201,7 @@ def main_body(module):
                 'before_layout': plan.before if plan else None,
                 'after_layout': plan.after if plan else None,
             })
-        resources = node_resources(backend.read_host(with_profiles=False))
+        resources = node_resources(backend.read_host(with_profiles=False) if done else host)
     output = dict(changed=bool(done), gpus=results, actions=done, resources=resources)
     if module._diff:
         moved = [r for r in results if r['status'] == 'repacked']
