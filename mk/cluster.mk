@@ -1,8 +1,12 @@
 # Cluster roles (device_plugin, gpu_tenancy) and their real Kubernetes control
 # plane, built from Go modules into a per-version cache (tests/cluster/).
 #   make cluster-build   build or find the binaries (cold: ~11 min on 2 cores, then cached)
-#   make cluster-units   render the roles' manifests offline and validate them (no cluster)
-#   make cluster-test    Molecule scenario "cluster" on a freshly started control plane
+#   make cluster-units   render the roles' manifests offline and validate them, and the
+#                        helpers of the real-node checks (no cluster)
+#   make cluster-test    Molecule scenario "cluster" on a freshly started control plane with fake
+#                        nodes and one real node (tests/cluster/node.sh: containerd, a kubelet and
+#                        the test device plugin on a simulated A100) for the in-place MIG switch;
+#                        needs root (~13 min on 2 cores once the binaries are cached)
 #   make cluster-up / cluster-down   a cluster to poke at: source .state/cluster/env
 # GPUFLEET_CLUSTER_BIN_DIR=<dir> uses prebuilt binaries, GPUFLEET_CLUSTER_CACHE moves the cache.
 CLUSTER_ENV := $(ANSIBLE_ENV) GPUFLEET_CLUSTER_PYTHON=$(CURDIR)/$(PY)
@@ -13,9 +17,10 @@ cluster-build: bootstrap
 	nice -n 10 tests/cluster/build.sh
 
 cluster-units: bootstrap
-	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) -m pytest -q tests/unit/roles/test_cluster_manifests.py
+	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) -m pytest -q tests/unit/roles/test_cluster_manifests.py tests/cluster/test_helper.py
 
 cluster-test: bootstrap cluster-build
+	$(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider tests/cluster/test_helper.py
 	$(CLUSTER_ENV) $(BIN)/molecule test -s cluster
 
 cluster-up: bootstrap cluster-build

@@ -92,9 +92,9 @@ class CurrentInstance(object):
         """Who keeps this instance busy, for messages."""
         users = []
         if self.pids:
-            users.append('running processes %s' % self.pids)
+            users.append('has running processes %s' % self.pids)
         if self.pods:
-            users.append('allocated to pod(s) %s' % ', '.join(self.pods))
+            users.append('is allocated to pod(s) %s' % ', '.join(self.pods))
         return ' and '.join(users)
 
     @property
@@ -277,7 +277,7 @@ def plan_gpu(gpu, instances, repack=False, allocated=None, evictable=False):
         if len(group) > wanted.get(signature, 0):
             victim = group[wanted.get(signature, 0)]
             raise PlanningError(
-                '%s: GPU instance %s (%s at slice %d) has %s but the layout %s does not keep it; '
+                '%s: GPU instance %s (%s at slice %d) %s but the layout %s does not keep it; '
                 'busy instances are never destroyed: stop that work first' % (
                     label, victim.id, _describe_current(victim), victim.start, victim.users(), describe_specs(specs) or 'empty'))
 

@@ -18,6 +18,9 @@
 #                               so a test run that dies without `stop` leaks nothing for long
 #   GPUFLEET_CLUSTER_START_TIMEOUT  seconds to wait for readiness (default 240)
 #   GPUFLEET_CLUSTER_CONTROLLERS    kube-controller-manager --controllers value
+#   GPUFLEET_CLUSTER_FEATURE_GATES  kube-apiserver --feature-gates value (default none), e.g.
+#                                   DRAPartitionableDevices=true: without it the API server drops
+#                                   the sharedCounters of a ResourceSlice (alpha in 1.34)
 #   GPUFLEET_CLUSTER_BIN_DIR, GPUFLEET_CLUSTER_CACHE: see build.sh
 set -euo pipefail
 
@@ -111,6 +114,8 @@ supervise() {
         --unsafe-no-fsync --log-level warn
     wait_for 60 "etcd" "${pids[0]}" curl -fsS --max-time 2 "http://127.0.0.1:$p_etcd/health" || exit 1
 
+    local -a gates=()
+    [[ -z "${GPUFLEET_CLUSTER_FEATURE_GATES:-}" ]] || gates=(--feature-gates "$GPUFLEET_CLUSTER_FEATURE_GATES")
     # ServiceAccount admission is off (no token controller runs) but the
     # --service-account-* flags stay mandatory. TaintNodesByCondition is off
     # because only node-lifecycle would remove the not-ready taint it adds.
@@ -126,7 +131,7 @@ supervise() {
         --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
         --kubelet-preferred-address-types InternalIP \
         --enable-admission-plugins ResourceQuota,Priority \
-        --enable-priority-and-fairness=false --profiling=false
+        --enable-priority-and-fairness=false --profiling=false "${gates[@]}"
     wait_for 120 "kube-apiserver /readyz" "${pids[1]}" api_get /readyz || exit 1
 
     launch kube-controller-manager "$bin/kube-controller-manager" \

@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""helper.py's pieces for the in-place switch check (molecule/cluster, check 6), without a cluster:
+what the switch watch makes of the node and pod objects it sees, and the simulated host it writes.
+
+  make cluster-units      (or: python -m pytest -q tests/cluster/test_helper.py)
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import io
+import json
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import helper  # noqa: E402  (after the path: it lives beside this file)
+
+
+def pod(name='busy-a', uid='u-1', phase='Running', restarts=0, running=True, deleting=False, disruption=None):
+    obj = {'metadata': {'name': name, 'uid': uid},
+           'status': {'phase': phase, 'containerStatuses': [
+               {'restartCount': restarts, 'state': {'running': {}} if running else {'terminated': {}}}]}}
+    if deleting:
+        obj['metadata']['deletionTimestamp'] = '2026-01-01T00:00:00Z'
+    if disruption:
+        obj['status']['conditions'] = [{'type': 'DisruptionTarget', 'status': 'True', 'reason': disruption}]
+    return obj
+
+
+def node(state=None, unschedulable=False, allocatable=None):
+    labels = {'nvidia.com/gpu.deploy.device-plugin': 'true'}
+    if state:
+        labels['nvidia.com/mig.config.state'] = state
+    return {'metadata': {'name': 'gpu-node', 'labels': labels},
+            'spec': {'unschedulable': unschedulable},
+            'status': {'allocatable': allocatable or {}}}
+
+
+def lines(out):
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_node_view_keeps_the_nvidia_resources_it_can_hand_out():
+    view = helper.node_switch_view(node('pending', True, {'cpu': '2', 'nvidia.com/mig-1g.10gb': '4',
+                                                          'nvidia.com/mig-1g.20gb': '0', 'nvidia.com/gpu': '1'}))
+    assert view['allocatable'] == {'nvidia.com/mig-1g.10gb': 4, 'nvidia.com/gpu': 1}
+    assert view['state'] == 'pending' and view['unschedulable'] is True
+
+
+def test_pod_view_reads_an_eviction():
+    view = helper.pod_view(pod(deleting=True, disruption='EvictionByEvictionAPI', restarts=2))
+    assert view == {'name': 'busy-a', 'uid': 'u-1', 'phase': 'Running', 'restarts': 2, 'running': True,
+                    'deleting': True, 'disruption': 'EvictionByEvictionAPI'}
+    # A pod not yet started has no containerStatuses.
+    assert helper.pod_view({'metadata': {'name': 'p', 'uid': 'u'}, 'status': {'phase': 'Pending'}})['running'] is False
+
+
+def test_summary_of_a_pod_left_alone_and_one_evicted():
+    out = io.StringIO()
+    recorder = helper.SwitchRecorder(out)
+    for event, obj in [('LISTED', pod()), ('LISTED', pod('guarded-d', 'u-4')), ('MODIFIED', pod()),
+                       ('MODIFIED', pod('guarded-d', 'u-4', deleting=True, disruption='EvictionByEvictionAPI')),
+                       ('MODIFIED', pod('guarded-d', 'u-4', phase='Failed', running=False, deleting=True,
+                                        disruption='EvictionByEvictionAPI')),
+                       ('DELETED', pod('guarded-d', 'u-4', phase='Failed', running=False, deleting=True,
+                                       disruption='EvictionByEvictionAPI'))]:
+        recorder.record('pod', event, helper.pod_view(obj))
+    for event, obj in [('LISTED', node()), ('MODIFIED', node('pending')), ('MODIFIED', node('pending', True)),
+                       ('MODIFIED', node('pending', True, {'nvidia.com/mig-3g.40gb': '1'})),
+                       ('MODIFIED', node('success', False, {'nvidia.com/mig-3g.40gb': '1'}))]:
+        recorder.record('node', event, helper.node_switch_view(obj))
+    recorder.summary()
+    written = lines(out)
+    # An unchanged view is not written twice; a deletion always is.
+    assert [(line['kind'], line['event']) for line in written[:5]] == [
+        ('pod', 'LISTED'), ('pod', 'LISTED'), ('pod', 'MODIFIED'), ('pod', 'MODIFIED'), ('pod', 'DELETED')]
+    summary = written[-1]
+    assert summary['kind'] == 'summary' and summary['errors'] == []
+    assert summary['pods']['busy-a'] == {'uids': ['u-1'], 'phases': ['Running'], 'restarts': [0], 'deleted': False,
+                                         'gone': False, 'evicted': False, 'running_throughout': True}
+    assert summary['pods']['guarded-d'] == {'uids': ['u-4'], 'phases': ['Running', 'Failed'], 'restarts': [0],
+                                            'deleted': True, 'gone': True, 'evicted': True,
+                                            'running_throughout': False}
+    assert summary['node']['states'] == [None, 'pending', 'success']
+    assert summary['node']['unschedulable'] == [False, True, False]
+    assert summary['node']['allocatable'] == [{}, {'nvidia.com/mig-3g.40gb': 1}]
+
+
+def test_a_restarted_container_is_seen():
+    out = io.StringIO()
+    recorder = helper.SwitchRecorder(out)
+    recorder.record('pod', 'LISTED', helper.pod_view(pod()))
+    recorder.record('pod', 'MODIFIED', helper.pod_view(pod(running=False)))
+    recorder.record('pod', 'MODIFIED', helper.pod_view(pod(restarts=1)))
+    recorder.summary()
+    summary = lines(out)[-1]['pods']['busy-a']
+    assert summary['restarts'] == [0, 1] and summary['running_throughout'] is False
+
+
+def test_sim_host_and_sim_pids(tmp_path):
+    state_file = str(tmp_path / 'host' / 'gpus.json')
+    helper.sim_host(state_file, ['1g.10gb@0', '1g.10gb@4'])
+    with open(state_file) as handle:
+        state = json.load(handle)
+    gpu = state['gpus'][0]
+    assert gpu['model'] == 'A100-SXM4-80GB' and gpu['mig']['current'] == 'enabled'
+    assert [(gi['profile'], gi['start']) for gi in gpu['gpu_instances']] == [('1g.10gb', 0), ('1g.10gb', 4)]
+    helper.sim_pids(state_file, '4', ['4242'])
+    with open(state_file) as handle:
+        gpu = json.load(handle)['gpus'][0]
+    assert [gi['compute_instances'][0]['pids'] for gi in gpu['gpu_instances']] == [[], [4242]]
+    with pytest.raises(SystemExit, match='no GPU instance with one compute instance at start 2'):
+        helper.sim_pids(state_file, '2', ['1'])
+    with pytest.raises(SystemExit, match='is not PROFILE@START'):
+        helper.sim_host(state_file, ['1g.10gb'])
