@@ -41,25 +41,6 @@ supervisor_alive() {
     [[ -f "$state/supervisor.pid" ]] && kill -0 "$(cat "$state/supervisor.pid")" 2>/dev/null
 }
 
-# wait_for SECONDS WHAT PID CMD...: poll CMD every 0.25s until it succeeds;
-# returns 1 on timeout or as soon as process PID (if not empty) has exited.
-wait_for() {
-    local limit=$1 what=$2 pid=$3
-    shift 3
-    local deadline=$((SECONDS + limit))
-    until "$@" >/dev/null 2>&1; do
-        if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
-            log "$what: the process exited"
-            return 1
-        fi
-        if ((SECONDS >= deadline)); then
-            log "timed out after ${limit}s waiting for $what"
-            return 1
-        fi
-        sleep 0.25
-    done
-}
-
 api_get() { # PATH: GET with the admin token, verifying the serving cert
     curl -fsS --max-time 5 --cacert "$state/pki/ca.crt" -H "Authorization: Bearer $(cat "$state/admin.token")" \
         "https://127.0.0.1:$(cat "$state/ports/apiserver")$1"

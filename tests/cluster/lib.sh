@@ -20,3 +20,22 @@ k8s_minor=${k8s_version%.*}
 cluster_cache_dir() {
     echo "${GPUFLEET_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet-mig/k8s-v${k8s_version}}"
 }
+
+# wait_for SECONDS WHAT PID CMD...: poll CMD every 0.25s until it succeeds;
+# returns 1 on timeout or as soon as process PID (if not empty) has exited.
+wait_for() {
+    local limit=$1 what=$2 pid=$3
+    shift 3
+    local deadline=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+            log "$what: the process exited"
+            return 1
+        fi
+        if ((SECONDS >= deadline)); then
+            log "timed out after ${limit}s waiting for $what"
+            return 1
+        fi
+        sleep 0.25
+    done
+}

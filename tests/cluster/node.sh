@@ -97,24 +97,6 @@ node_ready() { # the Node of this node's kubelet (owner label) reports Ready
         -o 'jsonpath={.items[0].status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
 
-# wait_for SECONDS WHAT PID CMD...: as in cluster.sh.
-wait_for() {
-    local limit=$1 what=$2 pid=$3
-    shift 3
-    local deadline=$((SECONDS + limit))
-    until "$@" >/dev/null 2>&1; do
-        if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
-            log "$what: the process exited"
-            return 1
-        fi
-        if ((SECONDS >= deadline)); then
-            log "timed out after ${limit}s waiting for $what"
-            return 1
-        fi
-        sleep 0.25
-    done
-}
-
 cgroup_mounts() { findmnt -rn -t cgroup,cgroup2 -o TARGET; }
 
 sysctl_path() { echo "/proc/sys/${1//.//}"; }
