@@ -42,6 +42,12 @@ MUTATING_CALLS = ('nvmlDeviceSetMigMode', 'nvmlDeviceCreateGpuInstance', 'nvmlDe
                   'nvmlGpuInstanceDestroy', 'nvmlGpuInstanceCreateComputeInstance',
                   'nvmlGpuInstanceCreateComputeInstanceWithPlacement', 'nvmlComputeInstanceDestroy')
 
+# Calls that concern no GPU: a fault on them cannot name one.
+SYSTEM_CALLS = ('nvmlInitWithFlags', 'nvmlSystemGetDriverVersion', 'nvmlSystemGetNVMLVersion', 'nvmlDeviceGetCount_v2',
+                'nvmlDeviceGetHandleByUUID')
+# Calls that never fail here (nvmlInit_v2 is nvmlInitWithFlags(0): fault that one instead).
+NEVER_FAILING_CALLS = ('nvmlInit_v2', 'nvmlShutdown', 'nvmlErrorString')
+
 CI_ENGINE_PROFILE_COUNT = 1         # only NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
 _MIB = 1024 * 1024
 _PROCESS_MEMORY = 512 * _MIB        # usedGpuMemory reported for every simulated process

@@ -150,10 +150,10 @@ def has_pending_fault(state, call, index):
 
 
 def _fault_calls():
+    """(calls a fault may name, those of them that concern no GPU)."""
     # Imported here: the library and the host events import this module.
-    from gpufleet_nvml_sim.host_events import HOST_EVENTS
-    from gpufleet_nvml_sim.library import SYMBOLS
-    return SYMBOLS, HOST_EVENTS
+    from gpufleet_nvml_sim.library import NEVER_FAILING_CALLS, SYMBOLS, SYSTEM_CALLS
+    return tuple(call for call in SYMBOLS if call not in NEVER_FAILING_CALLS) + ('simulate_gpu_reset',), SYSTEM_CALLS
 
 
 # ---- validation -------------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def validate_state(path, state):
     if not isinstance(faults, list):
         raise SimulatorError('%s: faults must be a list' % where)
     for position, fault in enumerate(faults):
-        _validate_fault('%s: faults[%d]' % (where, position), fault)
+        _validate_fault('%s: faults[%d]' % (where, position), fault, len(state['gpus']))
 
 
 def _validate_identity(where, index, gpu, model):
@@ -298,15 +298,18 @@ def _validate_compute_instances(where, gi_profile, gi):
             ci['id'] = rules.lowest_free(0, set(c['id'] for c in cis if 'id' in c))
 
 
-def _validate_fault(where, fault):
-    symbols, host_events = _fault_calls()
+def _validate_fault(where, fault, gpu_count):
+    calls, system_calls = _fault_calls()
     if not isinstance(fault, dict):
         raise SimulatorError('%s: must be an object' % where)
-    if fault.get('call') not in symbols and fault.get('call') not in host_events:
-        raise SimulatorError('%s: unknown call %r (a simulated NVML symbol or %s)' % (where, fault.get('call'), ', '.join(host_events)))
+    if fault.get('call') not in calls:
+        raise SimulatorError('%s: unknown call %r (a simulated NVML symbol that can fail, or simulate_gpu_reset)'
+                             % (where, fault.get('call')))
     gpu = fault.get('gpu')
-    if gpu is not None and (not _is_int(gpu) or gpu < 0):
-        raise SimulatorError('%s: gpu must be a GPU index or absent (any GPU)' % where)
+    if gpu is not None and (not _is_int(gpu) or not 0 <= gpu < gpu_count):
+        raise SimulatorError('%s: gpu must be the index of one of the %d GPU(s), or absent (any GPU)' % (where, gpu_count))
+    if gpu is not None and fault['call'] in system_calls:
+        raise SimulatorError('%s: %s concerns no GPU, so a fault on it cannot name one: drop gpu' % (where, fault['call']))
     nth = fault.setdefault('nth', 1)
     if not _is_int(nth) or nth < 1:
         raise SimulatorError('%s: nth must be an integer >= 1' % where)

@@ -22,11 +22,9 @@ import os
 import pytest
 import yaml
 
-from ..support.layouts import expected_instances, layout_errors, nvml_name
+from ..support.layouts import expected_instances, layout_errors, nvml_name, simulated_gpus
 from ..support.playbook import BIN, REPO, run_playbook
 from .conftest import awx_vars, copy_project
-
-pytest.importorskip('ansible_runner')
 
 SIM_HOSTS = ('sim-a100-01', 'sim-a30-01', 'sim-h100-01', 'sim-h200-01', 'sim-b200-01', 'sim-rtxpro-01')
 
@@ -37,15 +35,8 @@ def write_yaml(path, data):
 
 
 def read_state(state_dir):
-    """{host: [(NVML name, MIG mode, [(GI profile, start), ...]), ...]} from the simulator state files."""
-    hosts = {}
-    for host in SIM_HOSTS:
-        with open(os.path.join(state_dir, host, 'gpus.json')) as handle:
-            state = json.load(handle)
-        hosts[host] = [(nvml_name(gpu['model']), gpu.get('mig', {}).get('current', 'disabled'),
-                        sorted((gi['profile'], gi['start']) for gi in gpu.get('gpu_instances', [])))
-                       for gpu in state['gpus']]
-    return hosts
+    """{host: GPUs as tests/support/layouts.py's layout_errors takes them} from the simulator state files."""
+    return dict((host, simulated_gpus(os.path.join(state_dir, host, 'gpus.json'))) for host in SIM_HOSTS)
 
 
 def snapshot(state_dir):

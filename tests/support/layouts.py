@@ -6,13 +6,16 @@
     expected_layouts()                 the whole table: {models, without_mig, layouts}
     nvml_name(model)                   the NVML name of a simulator model key (A30 -> NVIDIA A30)
     expected_instances(layout, name)   [(profile, start), ...] in placement order; [] for a GPU without MIG
-    layout_errors(layout, gpus)        what differs, for GPUs given as (NVML name, MIG mode, [(profile, start)])
+    simulated_gpus(state_file)         a simulator state file's GPUs as layout_errors takes them
+    layout_errors(layout, gpus)        what differs, for GPUs given as
+                                       (NVML name, MIG mode, [(profile, start, (compute instance profiles))])
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 
 import yaml
@@ -44,13 +47,32 @@ def expected_instances(layout, name):
     return [(entry['profile'], start) for start in entry['starts']]
 
 
+def simulated_gpus(state_file):
+    """The GPUs of a simulator state file (gpus.json) as layout_errors takes them; a pending mode change
+    shows in the mode ("enabled (disabled pending)")."""
+    with open(state_file) as handle:
+        state = json.load(handle)
+    gpus = []
+    for gpu in state['gpus']:
+        mig = gpu.get('mig', {})
+        mode = mig.get('current', 'disabled')
+        if mig.get('pending', mode) != mode:
+            mode = '%s (%s pending)' % (mode, mig['pending'])
+        instances = [(gi['profile'], gi['start'], tuple(ci['profile'] for ci in gi.get('compute_instances', [])))
+                     for gi in gpu.get('gpu_instances', [])]
+        gpus.append((nvml_name(gpu['model']), mode, instances))
+    return gpus
+
+
 def layout_errors(layout, gpus):
-    """One line per GPU that is not as ``layout`` wants it; ``gpus``: (NVML name, MIG mode, [(profile, start)])."""
+    """One line per GPU that is not as ``layout`` wants it: MIG enabled with nothing pending, the expected GPU
+    instances, each with one full-size compute instance. ``gpus``: (NVML name, MIG mode,
+    [(profile, start, (compute instance profiles))])."""
     without_mig = expected_layouts()['without_mig']
     errors = []
     for index, (name, mode, instances) in enumerate(gpus):
         want_mode = 'disabled' if name in without_mig else 'enabled'
-        want = expected_instances(layout, name)
+        want = [(profile, start, (profile,)) for profile, start in expected_instances(layout, name)]
         got = sorted(instances, key=lambda instance: instance[1])
         if (mode, got) != (want_mode, want):
             errors.append('GPU %d (%s): MIG %s, %s; expected MIG %s, %s' % (index, name, mode, got, want_mode, want))

@@ -8,11 +8,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
+import gpufleet_nvml_sim
 import pytest
 
-from .layouts import EXPECTED_LAYOUTS_FILE, expected_instances, expected_layouts, layout_errors, nvml_name
-
-gpufleet_nvml_sim = pytest.importorskip('gpufleet_nvml_sim')
+from .layouts import EXPECTED_LAYOUTS_FILE, expected_instances, expected_layouts, layout_errors, nvml_name, simulated_gpus
 
 TABLE = expected_layouts()
 BY_NVML_NAME = dict((gpufleet_nvml_sim.get_model(key)['nvml_name'], gpufleet_nvml_sim.get_model(key)) for key in TABLE['models'])
@@ -47,12 +48,35 @@ def test_expected_instances_and_layout_errors():
     assert expected_instances('nighttime', 'NVIDIA A30') == [('2g.12gb', 0), ('2g.12gb', 2)]
     assert expected_instances('daytime', 'NVIDIA L40S') == []
     assert nvml_name('H100-SXM5-80GB') == 'NVIDIA H100 80GB HBM3'
-    night_a30 = ('NVIDIA A30', 'enabled', [('2g.12gb', 2), ('2g.12gb', 0)])
+    night_a30 = ('NVIDIA A30', 'enabled', [('2g.12gb', 2, ('2g.12gb',)), ('2g.12gb', 0, ('2g.12gb',))])
     assert layout_errors('nighttime', [night_a30, ('NVIDIA L40S', 'disabled', [])]) == []
     assert layout_errors('daytime', [night_a30]) == [
-        "GPU 0 (NVIDIA A30): MIG enabled, [('2g.12gb', 0), ('2g.12gb', 2)]; expected MIG enabled, "
-        "[('1g.6gb', 0), ('1g.6gb', 1), ('1g.6gb', 2), ('1g.6gb', 3)]"]
+        "GPU 0 (NVIDIA A30): MIG enabled, [('2g.12gb', 0, ('2g.12gb',)), ('2g.12gb', 2, ('2g.12gb',))]; expected MIG "
+        "enabled, [('1g.6gb', 0, ('1g.6gb',)), ('1g.6gb', 1, ('1g.6gb',)), ('1g.6gb', 2, ('1g.6gb',)), ('1g.6gb', 3, ('1g.6gb',))]"]
     assert len(layout_errors('nighttime', [('NVIDIA A30', 'disabled', [])])) == 1
+    # A GPU instance without its compute instance, or one of another size, is not the layout.
+    assert len(layout_errors('nighttime', [('NVIDIA A30', 'enabled', [('2g.12gb', 0, ()), ('2g.12gb', 2, ('2g.12gb',))])])) == 1
+    assert len(layout_errors('nighttime', [('NVIDIA A30', 'enabled', [('2g.12gb', 0, ('1c.2g.12gb',)),
+                                                                      ('2g.12gb', 2, ('2g.12gb',))])])) == 1
+    # Nor is a mode change still pending.
+    assert len(layout_errors('nighttime', [('NVIDIA A30', 'enabled (disabled pending)',
+                                            [('2g.12gb', 0, ('2g.12gb',)), ('2g.12gb', 2, ('2g.12gb',))])])) == 1
+
+
+def test_simulated_gpus_reads_mode_pending_and_compute_instances(tmp_path):
+    state = {'gpus': [
+        {'model': 'A30', 'mig': {'current': 'enabled', 'pending': 'enabled'},
+         'gpu_instances': [{'id': 5, 'profile': '2g.12gb', 'start': 2,
+                            'compute_instances': [{'id': 0, 'profile': '2g.12gb', 'start': 0, 'pids': []}]},
+                           {'id': 3, 'profile': '2g.12gb', 'start': 0, 'compute_instances': []}]},
+        {'model': 'A30', 'mig': {'current': 'enabled', 'pending': 'disabled'}, 'gpu_instances': []},
+        {'model': 'L40S'}]}
+    path = tmp_path / 'gpus.json'
+    path.write_text(json.dumps(state))
+    assert simulated_gpus(str(path)) == [
+        ('NVIDIA A30', 'enabled', [('2g.12gb', 2, ('2g.12gb',)), ('2g.12gb', 0, ())]),
+        ('NVIDIA A30', 'enabled (disabled pending)', []),
+        ('NVIDIA L40S', 'disabled', [])]
     with pytest.raises(KeyError, match='no expectation for NVIDIA GB300 in layout daytime'):
         expected_instances('daytime', 'NVIDIA GB300')
     with pytest.raises(KeyError, match='layout evening is not in %s' % EXPECTED_LAYOUTS_FILE):

@@ -99,5 +99,6 @@ def run_module(monkeypatch):
 
 
 def mutating_calls(host):
-    return [c for c in host.calls() if c.get('call', '').startswith(('nvmlDeviceSet', 'nvmlDeviceCreate', 'nvmlGpuInstanceCreate',
-                                                                     'nvmlGpuInstanceDestroy', 'nvmlComputeInstanceDestroy'))]
+    """Every change tried on the host: NVML's mutating calls and the simulated host events (GPU reset, reboot)."""
+    from gpufleet_nvml_sim import HOST_EVENTS, MUTATING_CALLS
+    return [c for c in host.calls() if c.get('call') in MUTATING_CALLS + HOST_EVENTS]

@@ -232,7 +232,12 @@ def test_bad_state_files_name_the_bad_entry(tmp_path, gpu, message):
     ({'call': 'nvmlDeviceFrobnicate'}, "faults[0]: unknown call 'nvmlDeviceFrobnicate'"),
     ({'call': 'nvmlDeviceSetMigMode', 'error': 'NVML_ERROR_NOPE'}, 'unknown error'),
     ({'call': 'nvmlDeviceSetMigMode', 'nth': 0}, 'nth must be an integer >= 1'),
-    ({'call': 'simulate_gpu_reset', 'gpu': -1}, 'gpu must be a GPU index or absent'),
+    ({'call': 'simulate_gpu_reset', 'gpu': -1}, 'gpu must be the index of one of the 1 GPU(s), or absent'),
+    # Faults that could never fire.
+    ({'call': 'nvmlDeviceSetMigMode', 'gpu': 1}, 'gpu must be the index of one of the 1 GPU(s), or absent'),
+    ({'call': 'nvmlInitWithFlags', 'gpu': 0}, 'nvmlInitWithFlags concerns no GPU, so a fault on it cannot name one'),
+    ({'call': 'nvmlInit_v2'}, "unknown call 'nvmlInit_v2' (a simulated NVML symbol that can fail"),
+    ({'call': 'simulate_reboot'}, "unknown call 'simulate_reboot'"),
 ])
 def test_bad_faults_are_clear_errors(tmp_path, fault, message):
     path = str(tmp_path / 'bad.json')

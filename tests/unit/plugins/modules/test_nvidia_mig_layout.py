@@ -555,9 +555,11 @@ def test_facts_say_whether_each_gpu_holds_the_declared_layout(simulated_host, ru
     assert facts['ansible_facts']['nvidia_mig']['layout'] == 'nighttime'
     assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [False, None, None]
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, only_a100))
+    assert not failed, result
     facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
+    assert not failed, facts
     assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [True, None, None]
-    assert mutating_calls(host) and not failed
+    assert mutating_calls(host)
 
 
 def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_processes(
