@@ -27,6 +27,7 @@ import time
 SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'simulator')
 sys.path.insert(0, SIMULATOR_DIR)
 
+import gpufleet_nvml_sim  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS, model_gpu  # noqa: E402
@@ -147,8 +148,9 @@ def bench_noop_module(gpus):
         finally:
             _nvml_backend.pynvml._nvmlGetFunctionPointer = original
             _nvml_backend.pynvml._nvmlGetFunctionPointer_cache.clear()
+        mutating = sum(count for name, count in counted.items() if name in gpufleet_nvml_sim.MUTATING_CALLS)
         print('no-op nvidia_mig_instance core on a simulated %d-GPU host (7x1g.10gb each): median %.1f ms, %d NVML calls, '
-              '0 mutating' % (gpus, 1000 * statistics.median(runs), sum(counted.values())))
+              '%d mutating' % (gpus, 1000 * statistics.median(runs), sum(counted.values()), mutating))
         bench_noop_ansible(state_path, gpus)
     finally:
         os.environ.pop(_nvml_backend.SIMULATOR_ENV, None)

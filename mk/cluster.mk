@@ -1,6 +1,6 @@
 # Cluster roles (device_plugin, gpu_tenancy) and their real Kubernetes control
 # plane, built from Go modules into a per-version cache (tests/cluster/).
-#   make cluster-build   build or find the binaries (cold: ~11 min on 2 cores, then cached)
+#   make cluster-build   build or find the binaries (cold: ~20 min on 2 cores, then cached)
 #   make cluster-units   render the roles' manifests offline and validate them, and the
 #                        helpers of the real-node checks (no cluster)
 #   make cluster-test    Molecule scenario "cluster" on a freshly started control plane with fake

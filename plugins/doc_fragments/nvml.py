@@ -45,9 +45,16 @@ options:
     description:
       - Which pods hold which GPU and MIG device, read from the kubelet's pod-resources API (needs C(grpcio) for the
         module's Python). An instance a pod holds is busy and never destroyed, with or without processes.
-      - V(auto) reads it when the socket exists, and otherwise maps the GPU processes to pods through their cgroups
-        (pods with no running process are then unknown); V(required) fails where it cannot be read; V(off) reads
-        nothing.
+      - V(auto) reads it where the socket O(pod_resources_socket) exists, and fails, changing nothing, where it exists
+        but cannot be read (C(grpcio) missing, permission denied, the kubelet not answering), as an existing socket
+        means a Kubernetes node. Where there is no socket, it does what V(off) does.
+      - V(required) fails wherever it cannot be read, a missing socket included.
+      - V(off) never asks the kubelet. The pods of the GPU processes that run are still found through their
+        C(/proc/<pid>/cgroup) (named C(uid:<pod uid>)); a pod that holds an instance with no process running is then
+        unknown, and that instance counts as idle.
+      - A device id of an C(nvidia.com/) resource that matches no GPU or MIG device of the host (UUID, index, or
+        C(<gpu>:<mig device>) index, with or without a C(::<replica>) suffix) fails the module, since which instances
+        pods hold is then unknown.
     type: str
     choices: [auto, required, 'off']
     default: auto

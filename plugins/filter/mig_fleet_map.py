@@ -10,7 +10,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r'''
 name: mig_fleet_map
-version_added: 0.1.0
+version_added: 0.2.0
 short_description: The MIG state of a fleet as one self-contained HTML page
 description:
   - Draws every GPU of every host with its memory slices to scale, each GPU instance as a block spanning the slices

@@ -34,7 +34,12 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics impor
     stranded_figures,
     write_atomically,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import PodResourcesUnavailable, allocations_of, list_pod_devices
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import (
+    PodResourcesUnavailable,
+    UnknownDeviceIds,
+    allocations_of,
+    list_pod_devices,
+)
 
 LAST_APPLY_FILE = 'last_apply.json'
 STRANDED_FILE = 'stranded_slice_seconds.json'
@@ -91,7 +96,12 @@ def metrics_content(host, request, config_dir, pod_devices=None):
     slice-seconds since the last refresh to the totals kept beside the declared layout."""
     in_layout = in_layout_by_uuid(host, request)
     totals = accumulate_stranded(os.path.join(config_dir, STRANDED_FILE), stranded_figures(host), time.time())
-    return render(host, request.name, in_layout, read_last_apply(config_dir), allocations_of(host, pod_devices or []), totals)
+    try:
+        allocations = allocations_of(host, pod_devices or [])
+    except UnknownDeviceIds:
+        # Pods only label the metrics: without them the GPUs are still described (a plan would refuse instead).
+        allocations = {}
+    return render(host, request.name, in_layout, read_last_apply(config_dir), allocations, totals)
 
 
 def _pod_devices(socket_path):

@@ -232,8 +232,8 @@ def converge(backend, request, apply=True, hold_clients=None, host=None):
     ``hold_clients``: a context manager factory that keeps the host's GPU clients stopped while the
     GPUs change (the module stops systemd services; the boot unit runs before them). Returns
     (decision before, decision after or None, actions done, the host as it is now). A GPU whose
-    mode stays pending (reset not allowed or refused) ends ``reboot_required``; any other
-    difference after the apply is an ApplyError.
+    mode stays pending (reset not allowed or refused) ends ``reboot_required``, its instances
+    left for after the reset or reboot; any other difference after the apply is an ApplyError.
     """
     host = host or backend.read_host()
     before = decide(host, request)
@@ -264,10 +264,10 @@ def _apply_gpu(backend, decision, request):
             actions, dummy = apply_plan(backend, decision.gpu, decision.plan)
             done.extend(dict(a, gpu=index) for a in actions)
         if decision.mode.changed:
-            done.append(dict(change_mode(backend, decision.mode), action='set_mig_mode', gpu=index))
+            done.append(dict(change_mode(backend, decision.mode, report_refused_reset=True), action='set_mig_mode', gpu=index))
         return done
     if decision.mode.changed:
-        outcome = change_mode(backend, decision.mode)
+        outcome = change_mode(backend, decision.mode, report_refused_reset=True)
         done.append(dict(outcome, action='set_mig_mode', gpu=index))
         if outcome['reset_required']:
             return done
@@ -275,6 +275,9 @@ def _apply_gpu(backend, decision, request):
     gpu = decision.gpu
     if decision.deferred or decision.mode.changed:
         gpu = backend.read_gpu(index)
+        if gpu['mig_mode']['current'] != decision.mode.wanted:
+            # Still pending (no reset allowed, or none tried): the profiles stay unknown; reported as reboot_required.
+            return done
         match = choose_entry(decision.match, gpu, request.unmatched, layout=request.name)
         if match['mig_devices'] is None:
             # No entry fits the memory slices NVML now reports: the GPU is left as it is (as unmatched).

@@ -30,17 +30,34 @@ class UnsafeLockPath(Exception):
     """The lock's folder is not a real folder owned by this user and closed to others."""
 
 
+class LockPermissionDenied(Exception):
+    """This user may not create or open the lock: on a real host it is root's."""
+
+
+_DENIED = (errno.EACCES, errno.EPERM)
+
+
+def _needs_root(path, reason):
+    return LockPermissionDenied('cannot take the host lock at %s (%s): gpufleet.mig needs root on the managed host, '
+                                'where the lock lives in a root-only folder; with Ansible, run the task with become: true'
+                                % (path, reason))
+
+
 def _safe_directory(directory):
     """Create the lock folder (0700) or check the existing one: a folder, ours, writable by nobody else."""
     if not os.path.lexists(directory):
         try:
             os.makedirs(directory, 0o700)
         except OSError as exc:
+            if exc.errno in _DENIED:
+                raise _needs_root(directory, 'permission denied creating its folder')
             if exc.errno != errno.EEXIST:
                 raise
     info = os.lstat(directory)
     if not stat.S_ISDIR(info.st_mode):
         raise UnsafeLockPath('lock folder %s is not a folder (a symlink?); refusing to use it' % directory)
+    if info.st_uid == 0 and os.geteuid() != 0:
+        raise _needs_root(directory, 'its folder belongs to root and this runs as uid %d' % os.geteuid())
     if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UnsafeLockPath('lock folder %s must belong to uid %d and be writable by nobody else (owner %d, mode %o)'
                              % (directory, os.geteuid(), info.st_uid, stat.S_IMODE(info.st_mode)))
@@ -63,6 +80,8 @@ class HostLock(object):
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UnsafeLockPath('lock file %s is a symlink; refusing to follow it' % self.path)
+            if exc.errno in _DENIED:
+                raise _needs_root(self.path, 'permission denied opening it')
             raise
         mode = fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH
         deadline = time.monotonic() + self.timeout

@@ -765,9 +765,10 @@ def concrete_instances(mig_devices, gpu):
 def gpu_pods(pods, names=None):
     """Pods (Kubernetes objects) that request nvidia.com/gpu or nvidia.com/mig-* and still run.
 
-    With ``names`` only the pods among them named there, as 'namespace/name' or 'uid:<pod uid>'
-    (how nvidia_mig_layout's pods_to_evict names them). DaemonSet pods are left out: the GPU
-    DaemonSets are paused through their node labels instead.
+    With ``names`` the running pods named there instead, as 'namespace/name' or 'uid:<pod uid>'
+    (how nvidia_mig_layout's pods_to_evict names them), whatever they request: the host saw them
+    on a GPU or instance that goes (a privileged pod's process requests nothing). DaemonSet pods
+    are left out: the GPU DaemonSets are paused through their node labels instead.
     """
     wanted = None if names is None else set(names)
     found = []
@@ -779,7 +780,9 @@ def gpu_pods(pods, names=None):
         if any(owner.get('kind') == 'DaemonSet' for owner in metadata.get('ownerReferences') or []):
             continue
         known_as = set(['%s/%s' % (metadata.get('namespace', 'default'), metadata.get('name')), 'uid:%s' % metadata.get('uid')])
-        if wanted is not None and not wanted & known_as:
+        if wanted is not None:
+            if wanted & known_as:
+                found.append({'namespace': metadata.get('namespace', 'default'), 'name': metadata.get('name')})
             continue
         containers = list(spec.get('containers') or []) + list(spec.get('initContainers') or [])
         requested = set()

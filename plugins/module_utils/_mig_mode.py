@@ -18,6 +18,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import BackendError
+
 # Why a mode can stay pending, for messages (activation status -> explanation).
 _PENDING_REASONS = {
     'NVML_ERROR_IN_USE': 'another client holds the GPU (a process, nvidia-persistenced, DCGM or nvidia_drm)',
@@ -48,10 +50,12 @@ class ModeDecision(object):
     """What one GPU needs to end with MIG ``wanted``: pure, from its current state.
 
     ``after`` is the predicted mode; the change itself reports what NVML says. Processes on the
-    GPU block any change (the driver would refuse or leave it pending; a reset needs an idle GPU).
+    GPU block any change (the driver would refuse or leave it pending; a reset needs an idle GPU),
+    and so do ``pods``: the pods that hold the GPU or one of its instances ('namespace/name'), with
+    or without a running process (a mode change takes their devices away).
     """
 
-    def __init__(self, gpu, wanted_enabled, allow_reset):
+    def __init__(self, gpu, wanted_enabled, allow_reset, pods=()):
         self.gpu = gpu
         self.wanted = mode_name(wanted_enabled)
         self.allow_reset = allow_reset
@@ -62,6 +66,7 @@ class ModeDecision(object):
         current_after = self.wanted if (self.needs_set or self.needs_reset) else mode['current']
         self.after = {'current': current_after, 'pending': self.wanted}
         self.pids = gpu_pids(gpu)
+        self.pods = sorted(set(pods))
 
     @property
     def changed(self):
@@ -74,15 +79,23 @@ class ModeDecision(object):
 
     def problem(self):
         """Why this GPU's mode cannot be changed now, or None."""
-        if self.changed and self.pids:
-            return 'GPU %d (%s): processes %s use the GPU; stop them before changing MIG mode' % (
-                self.gpu['index'], self.gpu['uuid'], self.pids)
-        return None
+        if not self.changed:
+            return None
+        users = []
+        if self.pids:
+            users.append('processes %s use the GPU' % self.pids)
+        if self.pods:
+            users.append('pod(s) %s hold the GPU or its instances' % ', '.join(self.pods))
+        if not users:
+            return None
+        return 'GPU %d (%s): %s; stop them before changing MIG mode' % (self.gpu['index'], self.gpu['uuid'], ' and '.join(users))
 
 
-def change_mode(backend, decision):
+def change_mode(backend, decision, report_refused_reset=False):
     """Set the mode (and reset the idle GPU when allowed and still pending); returns what happened.
 
+    A reset the host refuses (a client holds the GPU) raises, unless ``report_refused_reset``:
+    then the mode is left pending and the refusal is the ``pending_reason`` (reset_required).
     Returns {before, after, activation_status, reset_performed, reset_required, pending_reason}.
     """
     index = decision.gpu['index']
@@ -92,14 +105,21 @@ def change_mode(backend, decision):
         status = backend.set_mig_mode(index, decision.wanted == 'enabled')
     after = backend.read_mode(index)
     reset_performed = False
+    refusal = None
     if after['current'] != decision.wanted and decision.allow_reset:
-        backend.reset_gpu(index)
-        reset_performed = True
+        try:
+            backend.reset_gpu(index)
+            reset_performed = True
+        except BackendError as exc:
+            if not report_refused_reset:
+                raise
+            refusal = 'the GPU reset was refused: %s' % exc
         after = backend.read_mode(index)
     reset_required = after['current'] != after['pending']
     reason = None
     if reset_required:
-        reason = pending_reason(status) or ('a GPU reset is not allowed' if not decision.allow_reset else 'the reset did not apply it')
+        causes = [cause for cause in (pending_reason(status), refusal) if cause]
+        reason = '; '.join(causes) or ('a GPU reset is not allowed' if not decision.allow_reset else 'the reset did not apply it')
     return {
         'before': before,
         'after': after,

@@ -250,7 +250,8 @@ def _best_placement(catalog, occupancy, specs):
 
 
 def plan_gpu(gpu, instances, repack=False, allocated=None, evictable=False):
-    """Plan one GPU. ``gpu`` is the backend's plain data (index, profiles, gpu_instances).
+    """Plan one GPU. ``gpu`` is the backend's plain data (index, profiles, gpu_instances);
+    ``instances`` the wanted ``{profile: count}`` (mig-parted semantics, see :func:`expand_layout`).
 
     ``allocated`` maps GPU instance ids to the pods that hold them ('namespace/name'): such an
     instance is busy like one with processes, whether or not a process runs on it right now.
@@ -261,7 +262,36 @@ def plan_gpu(gpu, instances, repack=False, allocated=None, evictable=False):
     """
     label = 'GPU %s' % gpu.get('index')
     catalog = Catalog.from_data(gpu['profiles'])
-    specs = expand_layout(catalog, instances, label)
+    return _plan(gpu, catalog, expand_layout(catalog, instances, label), label, repack, allocated, evictable)
+
+
+def current_specs(gpu):
+    """One InstanceSpec per current GPU instance, as it is: its profile and its compute instances."""
+    return [InstanceSpec(gi['profile'], [ci['profile'] for ci in gi.get('compute_instances') or []])
+            for gi in gpu.get('gpu_instances') or []]
+
+
+def plan_gpu_specs(gpu, specs, repack=False, allocated=None):
+    """Plan one GPU to hold exactly ``specs`` (InstanceSpec, each GPU instance as given: no packing
+    of compute instances into fewer GPU instances). With :func:`current_specs` and ``repack`` it
+    only moves idle, unallocated GPU instances, each recreated with the same compute instances.
+    ``allocated`` as for :func:`plan_gpu`."""
+    label = 'GPU %s' % gpu.get('index')
+    catalog = Catalog.from_data(gpu['profiles'])
+    specs = list(specs)
+    for spec in specs:
+        profile = catalog.get(spec.profile)
+        if profile is None:
+            raise PlanningError('%s: profile %s is not offered by this GPU (available: %s)'
+                                % (label, spec.profile, ', '.join(catalog.names())))
+        if pack_compute_instances(profile, list(spec.compute_instances)) is None:
+            raise PlanningError('%s: compute instances %s do not fit a %s GPU instance as NVML describes it'
+                                % (label, list(spec.compute_instances), spec.profile))
+    _validate_counts(catalog, specs, label)
+    return _plan(gpu, catalog, specs, label, repack, allocated, False)
+
+
+def _plan(gpu, catalog, specs, label, repack, allocated, evictable):
     allocated = allocated or {}
     current = [CurrentInstance(gi, allocated.get(gi['id'])) for gi in gpu.get('gpu_instances') or []]
 

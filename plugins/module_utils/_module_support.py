@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import contextlib
+import errno
 import os
 import traceback
 
@@ -18,15 +19,31 @@ from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockTimeout, UnsafeLockPath
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockPermissionDenied, LockTimeout, UnsafeLockPath
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import LayoutConfigError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import PodResourcesUnavailable, list_pod_devices
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import (
+    PodResourcesUnavailable,
+    UnknownDeviceIds,
+    allocations_of,
+    list_pod_devices,
+    pods_of_pids,
+)
+
+
+class ModuleFailure(Exception):
+    """A module's own failure, raised where a fail_json would skip clean-up (e.g. starting stopped services again)."""
+
 
 # Errors whose message is the whole story: no traceback for the user.
-EXPECTED_ERRORS = (_nvml_backend.BackendError, SelectionError, PlanningError, LayoutConfigError, ApplyError, LockTimeout, UnsafeLockPath)
+EXPECTED_ERRORS = (_nvml_backend.BackendError, SelectionError, PlanningError, LayoutConfigError, ApplyError, LockTimeout,
+                   UnsafeLockPath, LockPermissionDenied, UnknownDeviceIds, ModuleFailure)
+
+# What pod_resources=off costs, for the messages that point to it.
+_OFF_HINT = ('pod_resources=off skips the kubelet (pods are then known only through the cgroups of running GPU processes, '
+             'so an instance a pod holds without a running process looks idle)')
 
 COMMON_ARGUMENT_SPEC = dict(
     lock_timeout=dict(type='int', default=120),
@@ -58,6 +75,8 @@ def run_module(module, body):
     """Run ``body(module)``; expected errors become one clear ``fail_json``."""
     try:
         body(module)
+    except UnknownDeviceIds as exc:
+        module.fail_json(msg='%s. %s' % (exc, _OFF_HINT))
     except EXPECTED_ERRORS as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # an unexpected failure still ends in fail_json, with its traceback
@@ -83,21 +102,41 @@ def layout_lines(gpu_index, layout):
     return lines
 
 
+def _socket_absent(path):
+    """Nothing at ``path``; a permission error is not absence (os.path.exists would say False)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno in (errno.ENOENT, errno.ENOTDIR)
+    return False
+
+
 def read_pod_resources(module):
-    """(allocations of nvidia.com devices, status) from the kubelet; None allocations where not read."""
+    """(allocations of nvidia.com devices, status) from the kubelet; None allocations where not read.
+
+    With auto, only a missing socket (not a Kubernetes node) goes on without the kubelet. A socket
+    that exists but cannot be read fails: an instance a pod holds would look idle.
+    """
     mode = module.params['pod_resources']
     if mode == 'off':
         return None, {'read': False, 'reason': 'pod_resources=off'}
     socket = module.params['pod_resources_socket']
-    if mode == 'auto' and not os.path.exists(socket):
+    if mode == 'auto' and _socket_absent(socket):
         return None, {'read': False, 'reason': 'no kubelet pod-resources socket at %s (not a Kubernetes node?)' % socket}
     try:
         devices = [d for d in list_pod_devices(socket) if d['resource'].startswith('nvidia.com/')]
     except PodResourcesUnavailable as exc:
-        if mode == 'required':
-            module.fail_json(msg='which pods hold which GPU cannot be read: %s' % exc)
-        return None, {'read': False, 'reason': str(exc)}
+        why = 'pod_resources=required' if mode == 'required' else 'the socket exists, so this is a Kubernetes node'
+        module.fail_json(msg='which pods hold which GPU cannot be read (%s): %s. Nothing was changed. %s'
+                             % (why, exc, _OFF_HINT))
     return devices, {'read': True}
+
+
+def host_allocations(host, pod_devices):
+    """_pod_resources.allocations_of for ``host``: from the kubelet's answer or, where it was not
+    read (``pod_devices`` None), from the cgroups of the running GPU processes."""
+    pid_pods = pods_of_pids(gpu_pids(host)) if pod_devices is None else None
+    return allocations_of(host, pod_devices or [], pid_pods)
 
 
 def gpu_pids(host):

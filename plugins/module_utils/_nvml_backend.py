@@ -253,15 +253,7 @@ class NvmlBackend(object):
     def _compute_profiles(self, index, handle, gi_id, gi_name):
         gi_handle = self._gi_handle(index, handle, gi_id)
         profiles = []
-        for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                    gi_handle, enum, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-            except pynvml.NVMLError as exc:
-                if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
-                    continue
-                raise BackendError('GPU %d: read compute profile %d of GPU instance %d failed: %s'
-                                   % (index, enum, gi_id, _nvml_error_name(exc)))
+        for info in self._ci_profile_infos(index, gi_handle, gi_id):
             name = _short_profile_name(info.name) or compute_instance_name(info.sliceCount, gi_name)
             if any(p['name'] == name for p in profiles):
                 # Some drivers offer the full-size CI of an A100 7g both as 7_SLICE (4) and as
@@ -299,20 +291,25 @@ class NvmlBackend(object):
             gi['busy'] = any(ci['processes'] for ci in gi['compute_instances'])
         return sorted(instances, key=lambda gi: gi['placement']['start'])
 
-    def _ci_profile_infos(self, gi_handle):
+    def _ci_profile_infos(self, index, gi_handle, gi_id):
+        """The compute instance profiles a GPU instance offers. Only the answers that mean "not offered here" are
+        skipped: any other error raises, or the instance would read as having no compute instance (idle)."""
         infos = []
         for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
             try:
                 infos.append(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
                     gi_handle, enum, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED))
-            except pynvml.NVMLError:
-                continue
+            except pynvml.NVMLError as exc:
+                if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    continue
+                raise BackendError('GPU %d: read compute profile %d of GPU instance %d failed: %s'
+                                   % (index, enum, gi_id, _nvml_error_name(exc)))
         return infos
 
     def _compute_instances(self, index, gi_handle, gi_id, gi_name, mig_devices, ci_infos):
         """``ci_infos``: the GI profile's compute instance profiles, filled on first use (a list shared per profile)."""
         if not ci_infos:
-            ci_infos.extend(self._ci_profile_infos(gi_handle))
+            ci_infos.extend(self._ci_profile_infos(index, gi_handle, gi_id))
         result = []
         for info in ci_infos:
             array = (pynvml.c_nvmlComputeInstance_t * _MAX_INSTANCES)()

@@ -14,10 +14,12 @@ Two sources, both local to the GPU host and neither needing the API server:
   device ids each resource has on the node;
 - ``/proc/<pid>/cgroup``: the kubepods cgroup of a process names its pod's UID and its container.
 
-The device ids are whatever the device plugin advertised; this module does not interpret them.
+The device ids are whatever the device plugin advertised; the client passes them on as they are,
+and only :func:`allocations_of` maps them to the host's GPUs.
 NVIDIA's k8s-device-plugin gives MIG devices as ``MIG-<uuid>`` (``deviceIDStrategy: uuid``, the
 default) or as ``<gpu index>:<mig device index>`` (``deviceIDStrategy: index``), and whole GPUs as
-``GPU-<uuid>`` or ``<gpu index>``.
+``GPU-<uuid>`` or ``<gpu index>``; a shared device (time-slicing, MPS) once per replica, as
+``<id>::<replica>``.
 
 gRPC comes from ``grpcio`` when it is importable. The messages are encoded and decoded here, with
 a minimal protobuf wire codec (varints and length-delimited fields, the field numbers of the
@@ -463,8 +465,21 @@ def pods_of_pids(pids, proc_root='/proc'):
 
 # ---- what the allocations mean for the host's GPUs ----------------------------------------------
 
+class UnknownDeviceIds(Exception):
+    """The kubelet names devices that match nothing on this host: which instances pods hold is unknown."""
+
+
+# NVIDIA's device plugin names each replica of a shared (time-sliced or MPS) device '<device id>::<replica>'.
+_REPLICA_SUFFIX = re.compile(r'::[0-9]+$')
+
+
 def _pod_name(allocation):
     return '%s/%s' % (allocation['namespace'], allocation['pod'])
+
+
+def _is_gpu_resource(resource):
+    """nvidia.com/gpu, its shared variants (nvidia.com/gpu.shared) and nvidia.com/mig-<profile>[.shared]."""
+    return resource == 'nvidia.com/gpu' or resource.startswith(('nvidia.com/gpu.', 'nvidia.com/mig-'))
 
 
 def allocations_of(host, pod_devices, pid_pods=None):
@@ -472,9 +487,13 @@ def allocations_of(host, pod_devices, pid_pods=None):
 
     Returns {GPU uuid: {'instances': {GPU instance id: ['namespace/pod']}, 'gpu': ['namespace/pod']}}.
     NVIDIA's device plugin names a device by its UUID (deviceIDStrategy uuid: 'MIG-...' for a MIG
-    device, 'GPU-...' for a whole GPU) or by index ('<gpu>:<mig device>' or '<gpu>'). ``pid_pods``
+    device, 'GPU-...' for a whole GPU) or by index ('<gpu>:<mig device>' or '<gpu>'), with
+    '::<replica>' appended when the device is shared. ``pid_pods``
     ({pid: {'pod_uid', ...}}) adds the pods of running processes as 'uid:<pod uid>' (the cgroup
     names no namespace or pod name): what is known where pod-resources cannot be read.
+
+    Raises UnknownDeviceIds when a device id of nvidia.com/gpu or nvidia.com/mig-* matches none of
+    these: dropping it would plan an instance a pod holds as free.
     """
     by_id = {}
     for gpu in host['gpus']:
@@ -487,17 +506,27 @@ def allocations_of(host, pod_devices, pid_pods=None):
                 if ci.get('mig_index') is not None:
                     by_id['%d:%d' % (gpu['index'], ci['mig_index'])] = (gpu['uuid'], gi['id'])
     result = {}
+    unknown = []
     for allocation in pod_devices:
-        if not allocation['resource'].startswith('nvidia.com/'):
+        # The GPU device plugin's resources only: NVIDIA's Network Operator also names nvidia.com/
+        # resources (rdma_shared_device_a, hostdev, ...), whose ids are no GPU's.
+        if not _is_gpu_resource(allocation['resource']):
             continue
         for device_id in allocation['device_ids']:
-            if device_id not in by_id:
+            place = by_id.get(device_id) or by_id.get(_REPLICA_SUFFIX.sub('', device_id))
+            if place is None:
+                unknown.append('%s (%s of pod %s)' % (device_id, allocation['resource'], _pod_name(allocation)))
                 continue
-            gpu_uuid, gi_id = by_id[device_id]
+            gpu_uuid, gi_id = place
             entry = result.setdefault(gpu_uuid, {'instances': {}, 'gpu': []})
             pods = entry['gpu'] if gi_id is None else entry['instances'].setdefault(gi_id, [])
             if _pod_name(allocation) not in pods:
                 pods.append(_pod_name(allocation))
+    if unknown:
+        raise UnknownDeviceIds(
+            'the kubelet lists device id(s) %s that match no GPU UUID, MIG device UUID, GPU index or <gpu>:<mig device> '
+            'index on this host (a device plugin id scheme this collection does not understand, or a device that is '
+            'gone): which instances pods hold is unknown, so nothing is planned' % ', '.join(unknown))
     for gpu in host['gpus'] if pid_pods else []:
         places = [(None, p['pid']) for p in gpu.get('processes') or []]
         places.extend((gi['id'], p['pid']) for gi in gpu['gpu_instances'] for ci in gi['compute_instances'] for p in ci['processes'])

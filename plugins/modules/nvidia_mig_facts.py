@@ -51,7 +51,7 @@ EXAMPLES = r'''
 
 - name: Read only the A100-80GB GPUs
   gpufleet.mig.nvidia_mig_facts:
-    gpus: [0x20B210DE]
+    gpus: ["0x20B210DE"]
 
 - name: Show what still fits on GPU 0
   ansible.builtin.debug:
@@ -219,14 +219,13 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
     free_space,
-    gpu_pids,
+    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import BootApplyError, load_layout
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import in_layout_by_uuid
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, pods_of_pids
 
 
 def gpu_facts(gpu, held=None):
@@ -271,7 +270,7 @@ def main_body(module):
         host = backend.read_host()
     layout, in_layout = declared_state(module, host, pod_devices)
     # Without pod-resources, the pods of running processes are still known from their cgroups.
-    held = allocations_of(host, pod_devices or [], None if pod_devices is not None else pods_of_pids(gpu_pids(host)))
+    held = host_allocations(host, pod_devices)
     selected = select_gpus(host['gpus'], module.params['gpus'])
     facts = {
         'driver_version': host['driver_version'],

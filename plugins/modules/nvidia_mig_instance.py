@@ -15,8 +15,9 @@ description:
   - Makes each selected GPU hold exactly the declared MIG instances, planning every placement explicitly so the
     result never depends on the order of keys or on the driver's placement choice.
   - Current instances that match are kept, busy ones first; only as many idle instances are destroyed as the
-    change needs. Instances with running processes are never destroyed; if the layout cannot be reached around
-    them the module fails, naming the GPU, instance, profile and processes, and changes nothing.
+    change needs. Busy instances (running processes, or held by a Kubernetes pod, see O(pod_resources)) are never
+    destroyed; if the layout cannot be reached around them the module fails, naming the GPU, instance, profile and
+    the processes or pods, and changes nothing.
   - Everything is validated on every selected GPU before the first change. After applying, the GPU is read
     back and must match the plan.
   - Whether a GPU is already in layout is decided on profiles and compute instances, not on placement, unless
@@ -24,6 +25,7 @@ description:
 extends_documentation_fragment:
   - gpufleet.mig.nvml
   - gpufleet.mig.nvml.gpus
+  - gpufleet.mig.nvml.pod_resources
 options:
   gpus:
     required: true
@@ -69,7 +71,7 @@ seealso:
 EXAMPLES = r'''
 - name: Inference layout on every A100-80GB (seven small instances)
   gpufleet.mig.nvidia_mig_instance:
-    gpus: [0x20B210DE]
+    gpus: ["0x20B210DE"]
     instances:
       1g.10gb: 7
 
@@ -145,6 +147,11 @@ skipped_gpus:
   returned: always
   type: list
   elements: dict
+pod_resources:
+  description: C(read) (whether the kubelet's pod-resources API answered) and C(reason) when it did not.
+  returned: always
+  type: dict
+  sample: {read: true}
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -154,8 +161,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import App
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
+    POD_RESOURCES_ARGUMENT_SPEC,
+    host_allocations,
     layout_lines,
     nvml_session,
+    read_pod_resources,
     run_module,
 )
 
@@ -174,10 +184,12 @@ def wanted_instances(params):
     return wanted
 
 
-def plan_selected(host, params, check_mode):
+def plan_selected(host, params, check_mode, held=None):
     """Plan every selected GPU before anything changes. A GPU whose MIG is only pending-enabled (check mode)
-    cannot be planned: NVML describes its profiles once MIG is on; it is reported as deferred."""
+    cannot be planned: NVML describes its profiles once MIG is on; it is reported as deferred.
+    ``held``: _pod_resources.allocations_of of the host; instances pods hold are busy."""
     wanted = wanted_instances(params)
+    held = held or {}
     plans = []
     skipped = []
     for gpu, explicit in select_gpus(host['gpus'], params['gpus']):
@@ -193,16 +205,18 @@ def plan_selected(host, params, check_mode):
                                     % (gpu['index'], gpu['uuid'], mode['current'], mode['pending']))
             plans.append((gpu, None))
             continue
-        plans.append((gpu, plan_gpu(gpu, wanted, repack=params['repack'])))
+        allocated = (held.get(gpu['uuid']) or {}).get('instances', {})
+        plans.append((gpu, plan_gpu(gpu, wanted, repack=params['repack'], allocated=allocated)))
     return plans, skipped
 
 
 def main_body(module):
     results = []
     all_actions = []
+    pod_devices, pod_status = read_pod_resources(module)
     with nvml_session(module) as backend:
         host = backend.read_host()
-        plans, skipped = plan_selected(host, module.params, module.check_mode)
+        plans, skipped = plan_selected(host, module.params, module.check_mode, host_allocations(host, pod_devices))
         for gpu, plan in plans:
             if plan is None:
                 results.append({'index': gpu['index'], 'uuid': gpu['uuid'], 'changed': bool(wanted_instances(module.params)),
@@ -216,7 +230,7 @@ def main_body(module):
                     actions, after = apply_plan(backend, gpu, plan)
                 except ApplyError as exc:
                     module.fail_json(msg=str(exc), gpu=gpu['index'], done=exc.done, layout_now=exc.layout_now,
-                                     gpus=results, actions=all_actions)
+                                     gpus=results, actions=all_actions, pod_resources=pod_status)
             results.append({
                 'index': gpu['index'],
                 'uuid': gpu['uuid'],
@@ -230,7 +244,8 @@ def main_body(module):
             })
             all_actions.extend(dict(action, gpu=gpu['index']) for action in actions)
 
-    output = dict(changed=any(r['changed'] for r in results), gpus=results, actions=all_actions, skipped_gpus=skipped)
+    output = dict(changed=any(r['changed'] for r in results), gpus=results, actions=all_actions, skipped_gpus=skipped,
+                  pod_resources=pod_status)
     if module._diff:
         output['diff'] = {
             'before': ''.join(line + '\n' for r in results for line in layout_lines(r['index'], r['before'])),
@@ -248,6 +263,7 @@ def main():
         repack=dict(type='bool', default=False),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
+    argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     run_module(module, main_body)
 

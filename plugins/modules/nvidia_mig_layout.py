@@ -167,15 +167,15 @@ layout:
   type: str
 in_layout:
   description: Every matched GPU holds the layout (after the apply; as found, with O(apply=false) or in check mode).
-  returned: always
+  returned: unless O(record_failure) is set
   type: bool
 reboot_required:
   description: A MIG mode change is pending and only a GPU reset (not allowed or refused) or a reboot applies it.
-  returned: always
+  returned: unless O(record_failure) is set
   type: bool
 gpus:
   description: One entry per GPU that an entry of the layout matches, as decided before the change.
-  returned: always
+  returned: unless O(record_failure) is set
   type: list
   elements: dict
   contains:
@@ -199,8 +199,15 @@ gpus:
       description: The MIG mode the layout wants.
       type: bool
     mig_devices:
-      description: The C(mig-devices) of the winning entry, as written.
+      description: The C(mig-devices) of the winning entry, as written; null while the entry is undecided (RV(gpus[].candidates)).
       type: dict
+    candidates:
+      description:
+        - While MIG is still off and the winning entry depends on the GPU's memory slices (C(gpufleet-memory-slices)),
+          which NVML reports only once MIG is enabled, the entries that may apply, in order, each with C(entry),
+          C(memory_slices) and C(mig_devices). Empty once the entry is decided.
+      type: list
+      elements: dict
     instances:
       description: Those instances resolved to the profiles this GPU offers; null until MIG is enabled.
       type: dict
@@ -232,60 +239,72 @@ gpus:
       type: list
       elements: dict
     destroyed_instances:
-      description: GPU instances the plan destroys, with the MIG device UUIDs workloads know them by.
+      description:
+        - GPU instances the plan destroys, with the MIG device UUIDs workloads know them by and the pods that hold
+          them (C(allocated_to)).
       type: list
       elements: dict
+    pods_to_evict:
+      description:
+        - This GPU's part of RV(pods_to_evict) (pods on the instances the plan destroys, or on the whole GPU when its
+          MIG mode changes). Only with O(evict) can it be non-empty.
+      type: list
+      elements: str
     free_space_after:
       description: Free-space figures after the plan; null when deferred.
       type: dict
 actions:
   description: What was done (empty with O(apply=false), in check mode and when in layout), each with its C(gpu).
-  returned: always
+  returned: unless O(record_failure) is set
   type: list
   elements: dict
 unmatched_gpus:
   description: MIG-capable GPUs no entry matches, left as they are, with the reason.
-  returned: always
+  returned: unless O(record_failure) is set
   type: list
   elements: dict
 skipped_gpus:
   description: GPUs without MIG that are left alone.
-  returned: always
+  returned: unless O(record_failure) is set
   type: list
   elements: dict
 layout_problems:
   description: Problems found in the other layouts of O(config) (not applied, so not fatal), by layout name.
-  returned: always
+  returned: unless O(record_failure) is set
   type: dict
 files:
   description: Files on the host that changed (would change, in check mode).
-  returned: always
+  returned: unless O(record_failure) is set
   type: list
   elements: str
 clients_stopped:
   description: GPU client services stopped during the change and started again.
-  returned: always
+  returned: unless O(record_failure) is set
   type: list
   elements: str
 pods_to_evict:
   description:
     - Pods (C(namespace/name), or C(uid:<pod uid>) when only their cgroup names them) whose instances the plan
       destroys, or that hold a whole GPU whose MIG mode changes. Only with O(evict) can it be non-empty.
-  returned: always
+  returned: unless O(record_failure) is set
   type: list
   elements: str
 pod_resources:
   description:
     - C(read) (whether the kubelet's pod-resources API answered), C(reason) when it did not, C(allocations) (every
       container holding an C(nvidia.com/...) device, with its device ids) and C(pods) (the pods on the host's GPUs).
-  returned: always
+  returned: unless O(record_failure) is set
   type: dict
 resources:
   description:
     - The extended resources NVIDIA's device plugin (mixed MIG strategy) advertises for the GPUs as they end, for
       example C(nvidia.com/mig-3g.40gb) 4. The role waits for the node's allocatable to match it.
-  returned: always
+  returned: unless O(record_failure) is set
   type: dict
+recorded:
+  description: The failure message recorded for the metrics and the last apply record; with RV(layout), all that is returned then.
+  returned: when O(record_failure) is set
+  type: str
 '''
 
 import contextlib
@@ -301,6 +320,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
+    ModuleFailure,
     gpu_pids,
     layout_lines,
     nvml_session,
@@ -309,8 +329,16 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
 )
 
 
+class SystemctlError(ModuleFailure):
+    """A systemctl call failed; the message names the call, its exit status and its output."""
+
+
 class Systemd(object):
-    """The few systemctl calls the module makes, as argument lists; a no-op where systemd does not run."""
+    """The few systemctl calls the module makes, as argument lists; a no-op where systemd does not run.
+
+    A failed call raises SystemctlError rather than calling fail_json, so that the GPU clients stopped
+    for a change are still started again on the way out.
+    """
 
     def __init__(self, module, enabled):
         self.module = module
@@ -326,24 +354,45 @@ class Systemd(object):
     def is_enabled(self, unit):
         return self.enabled and self._run('is-enabled', '--quiet', unit)[0] == 0
 
-    def must(self, *args):
+    def _failure(self, args):
+        """The error of ``systemctl <args>``, or None when it succeeded."""
         rc, out, err = self._run(*args)
-        if rc != 0:
-            self.module.fail_json(msg='systemctl %s failed (rc=%d): %s' % (' '.join(args), rc, (err or out).strip()))
+        if rc == 0:
+            return None
+        return 'systemctl %s failed (rc=%d): %s' % (' '.join(args), rc, (err or out).strip())
+
+    def must(self, *args):
+        failure = self._failure(args)
+        if failure:
+            raise SystemctlError(failure)
 
     @contextlib.contextmanager
     def stopped(self, units):
-        """Stop the running units among ``units`` for the duration; start them again even on failure."""
+        """Stop the running units among ``units`` for the duration; start every one again even on failure.
+
+        A start that fails does not keep the others stopped: all are tried, then the failures are
+        raised together, after the error that ended the change, if any.
+        """
         stopped = []
+        original = None
         try:
             for unit in units:
                 if self.is_active(unit):
                     self.must('stop', unit)
                     stopped.append(unit)
             yield stopped
+        except Exception as exc:
+            original = exc
+            raise
         finally:
+            failures = []
             for unit in reversed(stopped):
-                self.must('start', unit)
+                failure = self._failure(('start', unit))
+                if failure:
+                    failures.append(failure)
+            if failures:
+                first = '%s; then ' % original if original is not None else ''
+                raise SystemctlError('%sstarting the stopped GPU clients again failed: %s' % (first, '; '.join(failures)))
 
 
 def paths_of(params):
@@ -413,19 +462,21 @@ def main_body(module):
     configs = validate_configs(params['config'])
     entries = check_layout(configs, params['name'])
     problems = layout_problems(configs, skip=params['name'])
-    pod_devices, pod_status = read_pod_resources(module)
-    request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            pod_devices=pod_devices, evictable=params['evict'])
     paths = paths_of(params)
     systemd = Systemd(module, params['systemd'])
 
     if params['record_failure']:
+        # Bookkeeping only: no pods are read, so a kubelet that cannot be read leaves no failure unrecorded.
+        request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'])
         if not module.check_mode:
             with nvml_session(module) as backend:
                 record_apply(paths.config_dir, request.name, 'failed', 'ansible', params['record_failure'])
                 refresh_metrics(module, backend.read_host(), paths, request)
         module.exit_json(changed=False, layout=request.name, recorded=params['record_failure'])
 
+    pod_devices, pod_status = read_pod_resources(module)
+    request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
+                            pod_devices=pod_devices, evictable=params['evict'])
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '

@@ -19,13 +19,16 @@ description:
     says why; RV(gpus[].pending_reason) reports it, and O(reset=if_idle) then resets the GPU.
   - On Ampere (A100, A30) the mode persists across reboots; on Hopper and later (H100, H200, GH200, B200, ...) it
     does not (the boot unit of the P(gpufleet.mig.mig_layout#role) role re-applies it).
-  - Disabling MIG on a GPU that has instances destroys them first, but only if none has running processes; a busy
-    GPU is an error naming the processes and nothing is changed on any GPU.
+  - Disabling MIG on a GPU that has instances destroys them first.
+  - A mode change on a GPU that processes use, or that Kubernetes pods hold (the whole GPU or one of its instances,
+    with or without a running process, see O(pod_resources)), is an error naming them, and nothing is changed on any
+    GPU.
   - GPUs that are not MIG-capable are an error when selected explicitly; matched through V(all) they are reported
     in RV(skipped_gpus) and left alone.
 extends_documentation_fragment:
   - gpufleet.mig.nvml
   - gpufleet.mig.nvml.gpus
+  - gpufleet.mig.nvml.pod_resources
 options:
   gpus:
     required: true
@@ -110,6 +113,11 @@ skipped_gpus:
   type: list
   elements: dict
   sample: [{index: 1, name: NVIDIA L40S, reason: not MIG-capable}]
+pod_resources:
+  description: C(read) (whether the kubelet's pod-resources API answered) and C(reason) when it did not.
+  returned: always
+  type: dict
+  sample: {read: true}
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -120,16 +128,29 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import Mode
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
+    POD_RESOURCES_ARGUMENT_SPEC,
+    host_allocations,
     nvml_session,
+    read_pod_resources,
     run_module,
 )
+
+
+def pods_holding(held):
+    """Every pod that holds the GPU or one of its instances, from its entry of _pod_resources.allocations_of."""
+    pods = set(held.get('gpu', []))
+    for names in held.get('instances', {}).values():
+        pods.update(names)
+    return sorted(pods)
 
 
 def main_body(module):
     wanted_enabled = module.params['state'] == 'enabled'
     allow_reset = module.params['reset'] == 'if_idle'
+    pod_devices, pod_status = read_pod_resources(module)
     with nvml_session(module) as backend:
         host = backend.read_host()
+        held = host_allocations(host, pod_devices)
         skipped = []
         decisions = []
         for gpu, explicit in select_gpus(host['gpus'], module.params['gpus']):
@@ -138,16 +159,21 @@ def main_body(module):
                     raise SelectionError('GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
                 skipped.append({'index': gpu['index'], 'name': gpu['name'], 'reason': 'not MIG-capable'})
                 continue
-            decision = ModeDecision(gpu, wanted_enabled, allow_reset)
-            # Disabling MIG destroys the GPU instances first; busy ones refuse in plan_gpu.
-            clear = plan_gpu(gpu, {}) if decision.needs_set and not wanted_enabled and gpu['gpu_instances'] else None
-            decisions.append((decision, clear))
-        problems = [d.problem() for d, dummy in decisions if d.problem()]
+            gpu_held = held.get(gpu['uuid']) or {}
+            decisions.append(ModeDecision(gpu, wanted_enabled, allow_reset, pods=pods_holding(gpu_held)))
+        problems = [d.problem() for d in decisions if d.problem()]
         if problems:
-            module.fail_json(msg='; '.join(problems), skipped_gpus=skipped)
+            module.fail_json(msg='; '.join(problems), skipped_gpus=skipped, pod_resources=pod_status)
+        planned = []
+        for decision in decisions:
+            clear = None
+            if decision.needs_set and not wanted_enabled and decision.gpu['gpu_instances']:
+                # Disabling MIG destroys the GPU instances first; busy or allocated ones refuse in plan_gpu.
+                clear = plan_gpu(decision.gpu, {}, allocated=(held.get(decision.gpu['uuid']) or {}).get('instances', {}))
+            planned.append((decision, clear))
 
         results = []
-        for decision, clear in decisions:
+        for decision, clear in planned:
             gpu = decision.gpu
             destroyed = [{'id': gi['id'], 'profile': gi['profile'], 'placement': gi['placement']} for gi in gpu['gpu_instances']] if clear else []
             outcome = {'after': decision.after, 'reset_performed': decision.needs_reset, 'pending_reason': None}
@@ -167,7 +193,7 @@ def main_body(module):
                 'changed': decision.changed,
             })
 
-    output = dict(changed=any(r['changed'] for r in results), gpus=results, skipped_gpus=skipped)
+    output = dict(changed=any(r['changed'] for r in results), gpus=results, skipped_gpus=skipped, pod_resources=pod_status)
     if module._diff:
         output['diff'] = {
             'before': ''.join('GPU %d: current=%s pending=%s\n' % (r['index'], r['before']['current'], r['before']['pending']) for r in results),
@@ -183,6 +209,7 @@ def main():
         reset=dict(type='str', default='never', choices=['never', 'if_idle']),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
+    argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     run_module(module, main_body)
 

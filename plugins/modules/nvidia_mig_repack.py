@@ -15,6 +15,8 @@ description:
   - For each selected MIG GPU whose fragmentation or stranded slices exceed the thresholds, keeps the same instances
     but moves idle ones (no process, held by no pod) to the placements that leave the largest profile placeable and
     the fewest slices stranded. Busy and allocated instances never move.
+  - Every GPU instance keeps its profile and its compute instances; a moved one is recreated with the same compute
+    instance profiles. Compute instances are never regrouped into fewer GPU instances.
   - A GPU where no move helps without touching a busy or allocated instance is reported with the reason and left as it
     is, never forced.
   - Everything is planned before the first change; after the moves each GPU is read back and must match the plan.
@@ -114,34 +116,24 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, current_specs, plan_gpu_specs
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
     free_space,
-    gpu_pids,
+    host_allocations,
     layout_lines,
     nvml_session,
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, node_resources, pods_of_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import node_resources
 
 _FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
 
 
 def figures(analysis):
     return dict((key, analysis[key]) for key in _FIGURES)
-
-
-def current_instances(gpu):
-    """The GPU's instances as a layout: GPU instance profiles, or compute instance keys where they are split."""
-    wanted = {}
-    for gi in gpu['gpu_instances']:
-        names = [ci['profile'] for ci in gi['compute_instances']]
-        for name in (names if names != [gi['profile']] else [gi['profile']]):
-            wanted[name] = wanted.get(name, 0) + 1
-    return wanted
 
 
 def plan_repack(gpu, allocated, params):
@@ -156,7 +148,8 @@ def plan_repack(gpu, allocated, params):
     if empty:
         return 'no_idle_move', 'GPU instance(s) %s have no compute instance, which no layout describes' % empty, None
     try:
-        plan = plan_gpu(gpu, current_instances(gpu), repack=True, allocated=allocated)
+        # Each GPU instance as it is: a count layout would regroup compute instances into fewer GPU instances.
+        plan = plan_gpu_specs(gpu, current_specs(gpu), repack=True, allocated=allocated)
     except PlanningError as exc:
         return 'no_idle_move', str(exc), None
     better = (plan.analysis['largest_placeable_slices'], -plan.analysis['stranded_slices']) > (
@@ -177,7 +170,7 @@ def main_body(module):
     done = []
     with nvml_session(module, exclusive=not module.check_mode) as backend:
         host = backend.read_host()
-        held = allocations_of(host, pod_devices or [], None if pod_devices is not None else pods_of_pids(gpu_pids(host)))
+        held = host_allocations(host, pod_devices)
         planned = []
         for gpu, dummy in select_gpus(host['gpus'], params['gpus']):
             if not gpu['mig_capable']:

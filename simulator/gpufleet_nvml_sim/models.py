@@ -15,8 +15,8 @@ Sources, cited per figure in the comments (anything not sourced says GUESS):
   [UG]     NVIDIA MIG User Guide, "Supported MIG Profiles" (profiles, engines, instance counts)
   [H]      nvml.h, API 13 (enums, return codes)
   [README] NVIDIA Linux driver README, supported-GPU list (NVML names, PCI device ids)
-  [REF]    the collection's MIG reference, "Corrections from real transcripts", which quotes
-           `nvidia-smi mig -lgip` transcripts: mig-parted issue 120 (H200), mig-parted PRs 166
+  [REF]    `nvidia-smi mig -lgip` transcripts posted in NVIDIA's own repositories, read
+           against nvml.h: mig-parted issue 120 (H200), mig-parted PRs 166
            and 187 (B200), gpu-operator PR 903 (H100 NVL), gpu-operator PR 1303 and mig-parted
            issue 227 (GB200), mig-parted PR 139 (GH200 144G)
   [LGIP]   other public `nvidia-smi mig -lgip` transcripts: bigstack-oss/cubecos issue 312 and

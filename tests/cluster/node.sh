@@ -39,7 +39,8 @@
 # node's mount namespace each of these /proc/sys files is a bind mount of a plain file in
 # STATE/node/sysctl, so the kubelet changes only those copies and the machine keeps its values
 # (kernel.panic_on_oops=1 would turn any oops into a panic). As a second line, start saves the
-# real values (STATE/node/sysctl.saved) and stop writes back any that changed.
+# real values (STATE/node/sysctl.saved) and stop writes back any that changed of those it could
+# not shield (a change to a shielded one was made by someone else, and stays).
 #
 # Environment:
 #   GPUFLEET_CLUSTER_STATE_DIR   the cluster's state directory (default <repo>/.state/cluster);
@@ -268,6 +269,7 @@ EOF
 
 save_sysctls() {
     local key
+    rm -f "$node/sysctl.shielded"
     : >"$node/sysctl.saved.new"
     for key in "${sysctls[@]}"; do
         [[ -r "$(sysctl_path "$key")" ]] || continue
@@ -346,13 +348,17 @@ supervise() {
         mount --bind "$node/etc/$f" "/etc/$f"
     done
     # The kubelet's kernel tunables: it reads and writes files standing in for them, so the
-    # machine's settings never change (stop still restores the saved values, should they).
+    # machine's settings never change (stop restores the saved values of any it could not shield).
     local key
     mkdir -p "$node/sysctl"
     for key in "${sysctls[@]}"; do
         [[ -e "$(sysctl_path "$key")" ]] || continue
         cat "$(sysctl_path "$key")" >"$node/sysctl/$key"
-        mount --bind "$node/sysctl/$key" "$(sysctl_path "$key")" || log "supervisor: could not shield $key"
+        if mount --bind "$node/sysctl/$key" "$(sysctl_path "$key")"; then
+            echo "$key" >>"$node/sysctl.shielded"
+        else
+            log "supervisor: could not shield $key"
+        fi
     done
     readlink /proc/self/ns/mnt >"$node/mntns"
 
@@ -457,8 +463,11 @@ kill_pods() {
 }
 
 node_process_pids() { # processes whose command line names this node's files (containerd, shims, kubelet, plugin)
-    local dir cmdline
+    local dir cmdline mntns=""
+    # Only those in the node's mount namespace, once it is known: a user's `tail -f` of a node log is not the node's.
+    [[ -f "$node/mntns" ]] && mntns=$(cat "$node/mntns")
     for dir in /proc/[0-9]*; do
+        [[ -z "$mntns" || "$(readlink "$dir/ns/mnt" 2>/dev/null)" == "$mntns" ]] || continue
         # Read into a variable: a grep given "$node/" as its argument would match itself.
         cmdline=$(tr '\0' ' ' 2>/dev/null <"$dir/cmdline") || continue
         # Shells running this script (the supervisor, a concurrent stop) are not the node's.
@@ -510,17 +519,18 @@ remove_bridge() {
     fi
 }
 
-restore_sysctls() {
+restore_sysctls() { # only the tunables the kubelet could reach: a change to a shielded one was someone else's
     [[ -f "$node/sysctl.saved" ]] || return 0
     local key value
     while IFS='=' read -r key value; do
         [[ -n "$key" ]] || continue
+        [[ -f "$node/sysctl.shielded" ]] && grep -qxF "$key" "$node/sysctl.shielded" && continue
         if [[ "$(cat "$(sysctl_path "$key")")" != "$value" ]]; then
             echo "$value" >"$(sysctl_path "$key")"
             log "restored $key=$value"
         fi
     done <"$node/sysctl.saved"
-    rm -f "$node/sysctl.saved"
+    rm -f "$node/sysctl.saved" "$node/sysctl.shielded"
 }
 
 unmount_under_node() { # mounts of this node seen from here (none normally: they live in the node's namespace)

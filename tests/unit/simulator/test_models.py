@@ -84,7 +84,7 @@ def test_unknown_model_lists_the_valid_ones():
     assert 'V100' in str(failure.value) and 'RTX-PRO-6000-SERVER' in str(failure.value) and 'L40S' in str(failure.value)
 
 
-# The corrections of the MIG reference (its "Corrections from real transcripts" section), as the tables hold them.
+# The figures of the published `nvidia-smi mig -lgip` transcripts ([REF] in models.py), as the tables hold them.
 @pytest.mark.parametrize('model, name, memory_mib, sms', [
     ('H200', '1g.18gb', 16384, 16), ('H200', '1g.35gb', 33024, 26), ('H200', '2g.35gb', 33024, 32),
     ('H200', '3g.71gb', 71168, 60), ('H200', '4g.71gb', 71168, 64), ('H200', '7g.141gb', 143104, 132),

@@ -6,12 +6,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import os
 
 import pytest
 
+from ansible_collections.gpufleet.mig.plugins.module_utils import _host_lock
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_files import differs, sync
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockTimeout, UnsafeLockPath
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockPermissionDenied, LockTimeout, UnsafeLockPath
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import write_atomically
 
 
@@ -67,3 +69,24 @@ def test_lock_refuses_a_symlinked_file_or_folder_and_an_open_folder(tmp_path):
         with HostLock(str(shared / 'host.lock'), 1):
             pass
     assert elsewhere.read_text() == ''
+
+
+
+def _denied(*args, **kwargs):
+    raise OSError(errno.EACCES, 'Permission denied')
+
+
+@pytest.mark.parametrize('how', ['root_folder', 'cannot_create_folder', 'cannot_open_file'])
+def test_a_user_who_may_not_take_the_lock_is_told_to_run_as_root(tmp_path, monkeypatch, how):
+    folder = tmp_path / 'run' / 'gpufleet-mig'
+    if how == 'root_folder':
+        folder.mkdir(parents=True, mode=0o700)   # root's, as on a real host (the tests run as root)
+        monkeypatch.setattr(_host_lock.os, 'geteuid', lambda: 1000)
+    elif how == 'cannot_create_folder':
+        monkeypatch.setattr(_host_lock.os, 'makedirs', _denied)
+    else:
+        folder.mkdir(parents=True, mode=0o700)
+        monkeypatch.setattr(_host_lock.os, 'open', _denied)
+    with pytest.raises(LockPermissionDenied, match='needs root on the managed host.*become: true'):
+        with HostLock(str(folder / 'host.lock'), 1):
+            pass

@@ -670,8 +670,11 @@ def test_gpu_pods_selects_gpu_and_mig_requests_only():
         pod('done', {'limits': {'nvidia.com/gpu': 1}}, phase='Succeeded'),
     ]
     assert [p['name'] for p in gpu_pods(pods)] == ['infer', 'init', 'train']
-    # Only the named ones (by namespace/name, or by pod uid when only a process's cgroup named it).
-    assert [p['name'] for p in gpu_pods(pods, ['team/infer', 'uid:uid-train', 'team/plugin', 'other/init'])] == ['infer', 'train']
+    # Only the named ones (by namespace/name, or by pod uid when only a process's cgroup named it), whatever
+    # they request (the host saw them on an instance that goes); still no DaemonSet pod, nor one that is done.
+    assert [p['name'] for p in gpu_pods(pods, ['team/infer', 'uid:uid-train', 'team/plugin', 'other/init', 'team/done'])] == [
+        'infer', 'train']
+    assert [p['name'] for p in gpu_pods(pods, ['uid:uid-cpu'])] == ['cpu']
     assert gpu_pods(pods, []) == []
 
 

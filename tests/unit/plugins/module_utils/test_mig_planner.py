@@ -11,7 +11,13 @@ import random
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import (
+    InstanceSpec,
+    PlanningError,
+    current_specs,
+    plan_gpu,
+    plan_gpu_specs,
+)
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS, model_gpu
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.oracle import (
     all_placements,
@@ -141,6 +147,38 @@ def test_repack_never_moves_busy_instances():
     plan = plan_gpu(gpu, {'1g.10gb': 2}, repack=True)
     destroyed = [a['gpu_instance_id'] for a in plan.actions if a['action'] == 'destroy_gpu_instance']
     assert 1 not in destroyed
+
+
+def _split(gpu, instances):
+    """``gpu`` with GPU instances ``(profile, start, [compute instance profiles], pids)``."""
+    gpu = with_instances(gpu, [(profile, start, pids) for profile, start, dummy, pids in instances])
+    for gi, (dummy, dummy2, cis, dummy3) in zip(gpu['gpu_instances'], instances):
+        gi['compute_instances'] = [dict(gi['compute_instances'][0], id=n, profile=ci, placement={'start': n, 'size': 1})
+                                   for n, ci in enumerate(cis)]
+    return gpu
+
+
+def test_current_specs_keep_each_gpu_instance_with_its_own_compute_instances():
+    gpu = _split(model_gpu('A100-SXM4-80GB'), [('2g.20gb', 2, ['1c.2g.20gb'], []), ('2g.20gb', 4, ['1c.2g.20gb'], [])])
+    assert [spec.signature for spec in current_specs(gpu)] == [('2g.20gb', ('1c.2g.20gb',))] * 2
+    # The count grammar would pack both 1c into one 2g: the specs never do.
+    assert [(e['profile'], len(e['compute_instances'])) for e in plan_gpu(gpu, {'1c.2g.20gb': 2}).after] == [('2g.20gb', 2)]
+    plan = plan_gpu_specs(gpu, current_specs(gpu), repack=True)
+    assert [(e['profile'], e['placement']['start'], [c['profile'] for c in e['compute_instances']]) for e in plan.after] == [
+        ('2g.20gb', 0, ['1c.2g.20gb']), ('2g.20gb', 2, ['1c.2g.20gb'])]
+    assert [a['gpu_instance_id'] for a in plan.actions if a['action'] == 'destroy_gpu_instance'] == [
+        gpu['gpu_instances'][1]['id']]
+    assert not plan_gpu_specs(gpu, current_specs(gpu)).changed
+
+
+def test_specs_a_gpu_cannot_hold_are_refused():
+    gpu = model_gpu('A100-SXM4-80GB')
+    with pytest.raises(PlanningError, match='profile 5g.50gb is not offered'):
+        plan_gpu_specs(gpu, [InstanceSpec('5g.50gb', ['5g.50gb'])])
+    with pytest.raises(PlanningError, match='do not fit a 1g.10gb GPU instance'):
+        plan_gpu_specs(gpu, [InstanceSpec('1g.10gb', ['1g.10gb', '1g.10gb'])])
+    with pytest.raises(PlanningError, match='at most 1'):
+        plan_gpu_specs(gpu, [InstanceSpec('7g.80gb', ['7g.80gb'])] * 2)
 
 
 @pytest.mark.parametrize('model', MIG_MODELS)

@@ -443,3 +443,49 @@ def test_pods_of_pids_rejects_bad_pids(tmp_path, pid):
 def test_pods_of_pids_without_a_proc_filesystem(tmp_path):
     with pytest.raises(pr.PodResourcesUnavailable, match='no proc filesystem at'):
         pr.pods_of_pids([1], proc_root=str(tmp_path / 'missing'))
+
+
+# ---- allocations mapped to the host's GPUs ---------------------------------------------------------------
+
+def _host():
+    """Two GPUs: GPU 0 with MIG (GPU instance 3 holding MIG device 0, MIG_A), GPU 1 whole."""
+    return {'gpus': [
+        {'index': 0, 'uuid': 'GPU-0', 'processes': [], 'gpu_instances': [
+            {'id': 3, 'compute_instances': [{'uuid': MIG_A, 'mig_index': 0, 'processes': []}]}]},
+        {'index': 1, 'uuid': 'GPU-1', 'processes': [], 'gpu_instances': []}]}
+
+
+def _allocation(resource, device_ids, pod='p'):
+    return {'namespace': 'ns', 'pod': pod, 'container': 'c', 'resource': resource, 'device_ids': device_ids}
+
+
+@pytest.mark.parametrize('device_id', [MIG_A, '0:0', MIG_A + '::2', '0:0::1'])
+def test_allocations_of_a_mig_device_by_uuid_index_or_replica(device_id):
+    assert pr.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb', [device_id])]) == {
+        'GPU-0': {'instances': {3: ['ns/p']}, 'gpu': []}}
+
+
+@pytest.mark.parametrize('device_id', ['GPU-1', '1', 'GPU-1::0'])
+def test_allocations_of_a_whole_gpu(device_id):
+    assert pr.allocations_of(_host(), [_allocation('nvidia.com/gpu', [device_id])]) == {
+        'GPU-1': {'instances': {}, 'gpu': ['ns/p']}}
+
+
+def test_an_nvidia_device_id_that_matches_nothing_makes_the_allocations_unknown():
+    allocations = [_allocation('nvidia.com/mig-1g.10gb', [MIG_A, MIG_B], pod='a'),
+                   _allocation('nvidia.com/gpu', ['7'], pod='b'),
+                   _allocation('example.com/nic', ['eth9'], pod='c')]
+    with pytest.raises(pr.UnknownDeviceIds) as error:
+        pr.allocations_of(_host(), allocations)
+    message = str(error.value)
+    assert '%s (nvidia.com/mig-1g.10gb of pod ns/a)' % MIG_B in message and '7 (nvidia.com/gpu of pod ns/b)' in message
+    assert MIG_A + ' ' not in message and 'eth9' not in message and 'nothing is planned' in message
+    # Other vendors' resources are none of ours, nor are NVIDIA's Network Operator resources.
+    assert pr.allocations_of(_host(), allocations[2:]) == {}
+    network = [_allocation('nvidia.com/rdma_shared_device_a', ['rdma0'], pod='d'), _allocation('nvidia.com/hostdev', ['0000:3b:00.2'], pod='e')]
+    assert pr.allocations_of(_host(), network) == {}
+    # Shared (renamed) GPU resources are checked like the plain ones.
+    with pytest.raises(pr.UnknownDeviceIds):
+        pr.allocations_of(_host(), [_allocation('nvidia.com/gpu.shared', ['9::0'], pod='f')])
+    with pytest.raises(pr.UnknownDeviceIds):
+        pr.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb.shared', ['MIG-nothing::1'], pod='g')])

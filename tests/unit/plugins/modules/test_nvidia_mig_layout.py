@@ -19,6 +19,7 @@ from ansible.module_utils import basic
 from ansible_collections.gpufleet.mig.plugins.module_utils import _boot_apply, _host_files
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout
 from ansible_collections.gpufleet.mig.tests.unit.conftest import SIMULATOR_DIR, mutating_calls
+from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.conftest import mig_uuids, pods_on
 import gpufleet_nvml_sim as simulator
 
 ENABLED = {'current': 'enabled', 'pending': 'enabled'}
@@ -160,10 +161,15 @@ def test_bad_layout_is_refused_with_the_reason(simulated_host, run_module, host_
     assert disabled.read()['gpus'][0]['mig']['current'] == 'enabled' and not disabled.read()['gpus'][0]['gpu_instances']
 
 
-def test_record_failure_only_records(simulated_host, run_module, host_paths):
+def test_record_failure_only_records(simulated_host, run_module, host_paths, tmp_path):
     host = simulated_host([{'model': 'A30'}])
-    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, record_failure='eviction refused by a PodDisruptionBudget'))
+    # It reads no pods: a kubelet socket that cannot be read keeps no failure unrecorded.
+    unreadable = tmp_path / 'kubelet.sock'
+    unreadable.write_text('')
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, record_failure='eviction refused by a PodDisruptionBudget',
+                                                                    pod_resources_socket=str(unreadable)))
     assert not failed and not result['changed'] and mutating_calls(host) == []
+    assert result == {'changed': False, 'layout': 'all-disabled', 'recorded': 'eviction refused by a PodDisruptionBudget'}
     record = json.loads(read(os.path.join(host_paths['config_dir'], 'last_apply.json')))
     assert record == dict(record, result='failed', source='ansible', layout='all-disabled', message='eviction refused by a PodDisruptionBudget')
     metrics = read(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom'))
@@ -174,8 +180,9 @@ def test_record_failure_only_records(simulated_host, run_module, host_paths):
 
 @pytest.fixture
 def fake_systemctl(monkeypatch):
-    """systemctl as the module calls it (argument lists through run_command); ``active``/``enabled`` are the state."""
-    state = {'active': set(), 'enabled': set(), 'calls': []}
+    """systemctl as the module calls it (argument lists through run_command); ``active``/``enabled`` are the state,
+    ``failing`` the (verb, unit) calls that fail."""
+    state = {'active': set(), 'enabled': set(), 'calls': [], 'failing': set()}
 
     def get_bin_path(self, name, required=False, opt_dirs=None):
         return '/usr/bin/' + name
@@ -184,6 +191,8 @@ def fake_systemctl(monkeypatch):
         assert isinstance(args, list) and args[0] == '/usr/bin/systemctl', args
         state['calls'].append(args[1:])
         verb, unit = args[1], args[-1]
+        if (verb, unit) in state['failing']:
+            return 1, '', 'Job for %s failed.' % unit
         if verb == 'is-active':
             return (0 if unit in state['active'] else 3), '', ''
         if verb == 'is-enabled':
@@ -223,6 +232,47 @@ def test_units_are_enabled_and_gpu_clients_stopped_during_the_change(simulated_h
     again, failed = run_module(nvidia_mig_layout.main, args)
     assert not failed and not again['changed']
     assert [c for c in fake_systemctl['calls'] if c[0] not in ('is-active', 'is-enabled')] == []
+
+
+def test_every_stopped_client_is_started_and_all_failures_are_reported_with_the_first_error(
+        simulated_host, run_module, host_paths, fake_systemctl):
+    fault = {'call': 'nvmlDeviceCreateGpuInstanceWithPlacement', 'gpu': 0, 'nth': 1, 'error': 'NVML_ERROR_UNKNOWN'}
+    simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}], faults=[fault])
+    clients = ['nvidia-dcgm.service', 'dcgm-exporter.service', 'nvidia-persistenced.service']
+    fake_systemctl['active'].update(clients)
+    fake_systemctl['failing'].update([('start', 'nvidia-dcgm.service'), ('start', 'dcgm-exporter.service')])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True, gpu_clients=clients))
+    assert failed
+    # Every stopped client was started again, the failing ones included, and nothing was lost from the report.
+    starts = [c[1] for c in fake_systemctl['calls'] if c[0] == 'start']
+    assert sorted(starts) == sorted(clients)
+    assert 'nvidia-persistenced.service' in fake_systemctl['active']
+    assert 'NVML_ERROR_UNKNOWN' in result['msg'], result['msg']
+    assert 'systemctl start nvidia-dcgm.service failed (rc=1)' in result['msg']
+    assert 'systemctl start dcgm-exporter.service failed (rc=1)' in result['msg']
+    assert result['msg'].index('NVML_ERROR_UNKNOWN') < result['msg'].index('systemctl start')
+    assert 'unexpected error' not in result['msg']
+    record = json.loads(read(os.path.join(host_paths['config_dir'], 'last_apply.json')))
+    assert record['result'] == 'failed' and 'systemctl start' in record['message']
+
+
+def test_a_failed_start_after_a_good_change_is_reported(simulated_host, run_module, host_paths, fake_systemctl):
+    simulated_host([{'model': 'H100-SXM5-80GB'}])
+    fake_systemctl['active'].update(['nvidia-dcgm.service'])
+    fake_systemctl['failing'].add(('start', 'nvidia-dcgm.service'))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True, gpu_clients=['nvidia-dcgm.service']))
+    assert failed and result['msg'].startswith('starting the stopped GPU clients again failed: systemctl start nvidia-dcgm.service')
+
+
+def test_a_failed_stop_starts_the_clients_already_stopped(simulated_host, run_module, host_paths, fake_systemctl):
+    host = simulated_host([{'model': 'H100-SXM5-80GB'}])
+    clients = ['nvidia-dcgm.service', 'dcgm-exporter.service']
+    fake_systemctl['active'].update(clients)
+    fake_systemctl['failing'].add(('stop', 'dcgm-exporter.service'))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True, gpu_clients=clients))
+    assert failed and 'systemctl stop dcgm-exporter.service failed' in result['msg']
+    assert ['start', 'nvidia-dcgm.service'] in fake_systemctl['calls'] and set(clients) <= fake_systemctl['active']
+    assert mutating_calls(host) == []
 
 
 def test_another_owner_of_mig_is_refused(simulated_host, run_module, host_paths, fake_systemctl):
@@ -317,44 +367,9 @@ def test_bad_declared_layout_file(tmp_path, capsys):
 
 # ---- pods that hold instances (the kubelet's pod-resources API) -------------------------------------
 
-@pytest.fixture
-def kubelet_with(tmp_path_factory):
-    """A real gRPC pod-resources server answering ``List`` with the given allocations; returns its socket path."""
-    import shutil
-    import tempfile
-    from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import encode_list_response
-    from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_pod_resources import FakeKubelet
-    servers = []
-    directory = tempfile.mkdtemp(prefix='podres-')
-
-    def start(allocations):
-        own = tempfile.mkdtemp(dir=directory)
-        server = FakeKubelet(own, list_answer=encode_list_response(allocations))
-        servers.append(server)
-        return server.path
-    yield start
-    for server in servers:
-        server.stop()
-    shutil.rmtree(directory)
-
-
 def seven_small(simulated_host):
     return simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
         {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in range(7)]}])
-
-
-def mig_uuids(run_module):
-    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
-    facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
-    assert not failed, facts
-    return dict((gi['placement']['start'], gi['compute_instances'][0]['uuid'])
-                for gi in facts['ansible_facts']['nvidia_mig']['gpus'][0]['gpu_instances'])
-
-
-def pods_on(uuids, starts):
-    """Pods team/p<start>, each holding the 1g.10gb instance at that start (encode_list_response's form)."""
-    return [{'namespace': 'team', 'pod': 'p%d' % start,
-             'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [uuids[start]]}}]} for start in starts]
 
 
 def test_facts_name_the_pod_that_holds_each_instance(simulated_host, run_module, kubelet_with):
@@ -577,3 +592,84 @@ def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_proc
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, pod_resources_socket=empty, apply=False, evict=True))
     assert failed and '4242' in result['msg']
     assert mutating_calls(host) == []
+
+
+# ---- a MIG mode that stays pending -----------------------------------------------------------------
+
+def test_a_pending_enable_without_reset_is_reboot_required_not_an_error(simulated_host, run_module, host_paths):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'clients': ['nvidia-persistenced']}])
+    args = layout_args(host_paths, NIGHT, allow_reset=False)
+    result, failed = run_module(nvidia_mig_layout.main, args)
+    assert not failed, result
+    assert result['reboot_required'] and not result['in_layout']
+    assert [a['action'] for a in result['actions']] == ['set_mig_mode'] and result['actions'][0]['reset_required']
+    assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'enabled'}
+    # Again, with the enable still pending: nothing to do until a reset or a reboot, and no error either.
+    calls = len(mutating_calls(host))
+    again, failed = run_module(nvidia_mig_layout.main, args)
+    assert not failed, again
+    assert again['reboot_required'] and again['gpus'][0]['reboot_required'] and again['actions'] == []
+    assert len(mutating_calls(host)) == calls
+
+
+def test_a_refused_reset_is_reboot_required_with_the_reason(simulated_host, run_module, host_paths):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'clients': ['nvidia-persistenced']}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
+    assert not failed, result
+    assert result['reboot_required'] and not result['in_layout']
+    mode_step = result['actions'][0]
+    assert mode_step['action'] == 'set_mig_mode' and mode_step['reset_required'] and not mode_step['reset_performed']
+    assert 'NVML_ERROR_IN_USE' in mode_step['pending_reason'] and 'reset was refused' in mode_step['pending_reason']
+    assert 'nvidia-persistenced' in mode_step['pending_reason']
+    assert [c['call'] for c in mutating_calls(host)] == ['nvmlDeviceSetMigMode', 'simulate_gpu_reset']
+    assert not host.read()['gpus'][0]['gpu_instances']
+    # Once the client is gone, the next run resets the GPU and makes the instances.
+    simulator.set_clients(host.path, 0, [])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
+    assert not failed and result['in_layout'] and not result['reboot_required']
+    assert profiles(host.read()) == [('3g.40gb', 0), ('3g.40gb', 4)]
+
+
+# ---- nvidia_mig_repack keeps every GPU instance as it is ---------------------------------------------
+
+def two_split_2g(simulated_host, pids_at=None):
+    """A100-80GB with two 2g.20gb at slices 2 and 4, each holding one 1c.2g.20gb compute instance."""
+    return simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '2g.20gb', 'start': start, 'compute_instances': [
+            {'profile': '1c.2g.20gb', 'start': 0, 'pids': [4242] if start == pids_at else []}]} for start in (2, 4)]}])
+
+
+def instances_of(host):
+    return sorted((gi['profile'], gi['start'], tuple(ci['profile'] for ci in gi['compute_instances']))
+                  for gi in host.read()['gpus'][0]['gpu_instances'])
+
+
+def test_repack_never_merges_compute_instances_into_fewer_gpu_instances(simulated_host, run_module):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_repack
+    host = two_split_2g(simulated_host)
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off'})
+    assert not failed, result
+    gpu = result['gpus'][0]
+    assert gpu['status'] == 'repacked' and result['changed']
+    # Still two 2g GPU instances, each with its one 1c compute instance; one moved to make room for a 4-slice profile.
+    assert instances_of(host) == [('2g.20gb', 0, ('1c.2g.20gb',)), ('2g.20gb', 2, ('1c.2g.20gb',))]
+    assert [(a['action'], a['placement']['start']) for a in gpu['actions'] if a['action'].endswith('gpu_instance')] == [
+        ('destroy_gpu_instance', 4), ('create_gpu_instance', 0)]
+    assert gpu['after']['largest_placeable_slices'] == 4 and gpu['before']['largest_placeable_slices'] == 2
+
+
+def test_repack_moves_the_idle_instance_beside_a_busy_one(simulated_host, run_module):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_repack
+    host = two_split_2g(simulated_host, pids_at=2)
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off'})
+    assert not failed, result
+    assert result['gpus'][0]['status'] == 'repacked'
+    assert instances_of(host) == [('2g.20gb', 0, ('1c.2g.20gb',)), ('2g.20gb', 2, ('1c.2g.20gb',))]
+    busy = [gi for gi in host.read()['gpus'][0]['gpu_instances'] if gi['start'] == 2][0]
+    assert busy['compute_instances'][0]['pids'] == [4242]
+    # The busy one at 4 instead: moving the idle one to 0 frees nothing bigger, so nothing moves.
+    host = two_split_2g(simulated_host, pids_at=4)
+    calls = len(mutating_calls(host))  # the call log goes on from the first host
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off'})
+    assert not failed and not result['changed'] and result['gpus'][0]['status'] == 'no_idle_move'
+    assert len(mutating_calls(host)) == calls

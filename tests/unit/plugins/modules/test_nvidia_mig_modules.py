@@ -6,15 +6,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import json
 import multiprocessing
 import os
+import sys
 
 import gpufleet_nvml_sim as simulator
 import pytest
 
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
+from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.conftest import mig_uuids, pods_on
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS
 
 ENABLED = {'current': 'enabled', 'pending': 'enabled'}
@@ -343,3 +346,143 @@ def test_state_file_round_trip_is_readable_json(simulated_host, run_module):
     with open(host.path) as handle:
         state = json.load(handle)
     assert [gi['profile'] for gi in state['gpus'][0]['gpu_instances']] == ['7g.80gb']
+
+
+# ---- pods that hold a GPU or its instances (the kubelet's pod-resources API) ------------------------
+
+def seven_small(simulated_host):
+    return simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in range(7)]}])
+
+
+def test_instance_never_destroys_an_idle_instance_a_pod_holds(simulated_host, run_module, kubelet_with):
+    host = seven_small(simulated_host)
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [3]))
+    for args in ({'instances': {'3g.40gb': 2}}, {'state': 'absent'}):
+        result, failed = run_module(nvidia_mig_instance.main, dict(args, gpus=[0], pod_resources_socket=socket))
+        assert failed and 'allocated to pod(s) team/p3' in result['msg'] and 'never destroyed' in result['msg'], result
+    assert mutating_calls(host) == []
+
+
+def test_instance_keeps_the_held_instance_and_plans_around_it(simulated_host, run_module, kubelet_with):
+    seven_small(simulated_host)
+    uuids = mig_uuids(run_module)
+    # Unheld, the 1g at 0 would stay and the 3g go at 4; the pod on the 1g at 5 turns that round.
+    socket = kubelet_with(pods_on(uuids, [5]))
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'1g.10gb': 1, '3g.40gb': 1},
+                                                           'pod_resources': 'required', 'pod_resources_socket': socket})
+    assert not failed, result
+    assert result['pod_resources'] == {'read': True}
+    assert layout(result) == [('1g.10gb', 5, ('1g.10gb',)), ('3g.40gb', 0, ('3g.40gb',))]
+    # The pod's MIG device is the same one: kept, not recreated.
+    assert mig_uuids(run_module)[5] == uuids[5]
+
+
+def test_mode_refuses_to_disable_mig_under_a_pod_on_an_idle_instance(simulated_host, run_module, kubelet_with):
+    host = busy_3g_host(simulated_host, pids=())
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [4], resource='nvidia.com/mig-3g.40gb'))
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled', 'pod_resources_socket': socket})
+    assert failed and 'GPU 0' in result['msg'] and 'team/p4' in result['msg'] and 'MIG mode' in result['msg'], result
+    assert mutating_calls(host) == []
+    # Nothing to change: the pod is no obstacle.
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'enabled', 'pod_resources_socket': socket})
+    assert not failed and not result['changed'] and result['pod_resources'] == {'read': True}
+
+
+@pytest.mark.parametrize('device_id', ['uuid', 'index', 'replica'])
+def test_mode_refuses_to_enable_mig_under_a_pod_holding_the_whole_gpu(simulated_host, run_module, kubelet_with, device_id):
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'H100-SXM5-80GB'}])
+    uuid = facts_of(run_module)['gpus'][1]['uuid']
+    ids = {'uuid': uuid, 'index': '1', 'replica': uuid + '::3'}
+    socket = kubelet_with([{'namespace': 'ml', 'pod': 'trainer', 'containers': [{'name': 'c', 'devices': {'nvidia.com/gpu': [ids[device_id]]}}]}])
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'pod_resources_socket': socket})
+    assert failed and 'GPU 1' in result['msg'] and 'ml/trainer' in result['msg'] and 'GPU 0' not in result['msg'], result
+    assert mutating_calls(host) == []
+    # The other GPU alone is free to change.
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'enabled', 'pod_resources_socket': socket})
+    assert not failed and result['changed']
+
+
+def test_an_unknown_device_id_stops_every_module_before_any_change(simulated_host, run_module, kubelet_with):
+    host = seven_small(simulated_host)
+    socket = kubelet_with([{'namespace': 'team', 'pod': 'odd', 'containers': [
+        {'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': ['mig-slot-7']}}]}])
+    runs = [(nvidia_mig_instance.main, {'gpus': [0], 'state': 'absent'}),
+            (nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled'}),
+            (nvidia_mig_facts.main, {})]
+    for main, args in runs:
+        result, failed = run_module(main, dict(args, pod_resources_socket=socket))
+        assert failed and 'mig-slot-7' in result['msg'] and 'team/odd' in result['msg'], result
+        assert 'pod_resources=off' in result['msg'] and 'unexpected error' not in result['msg']
+    assert mutating_calls(host) == []
+
+
+def test_an_existing_socket_that_cannot_be_read_fails_auto(simulated_host, run_module, monkeypatch):
+    import socket as sockets
+    import tempfile
+    host = seven_small(simulated_host)
+    directory = tempfile.mkdtemp(prefix='podres-')
+    stale = os.path.join(directory, 'kubelet.sock')
+    listener = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    listener.bind(stale)
+    listener.close()  # the file stays, as after a kubelet crash
+    try:
+        result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'state': 'absent', 'pod_resources_socket': stale})
+        assert failed and 'which pods hold which GPU cannot be read' in result['msg'] and 'Kubernetes node' in result['msg']
+        assert 'nothing answers' in result['msg'] and 'pod_resources=off' in result['msg']
+        monkeypatch.setitem(sys.modules, 'grpc', None)  # import grpc now raises ImportError
+        result, failed = run_module(nvidia_mig_facts.main, {'pod_resources_socket': stale})
+        assert failed and 'grpcio' in result['msg'] and 'pod_resources=off' in result['msg']
+        assert mutating_calls(host) == []
+        # off skips the kubelet, as the message says.
+        result, failed = run_module(nvidia_mig_facts.main, {'pod_resources_socket': stale, 'pod_resources': 'off'})
+        assert not failed and result['ansible_facts']['nvidia_mig']['pod_resources'] == {'read': False, 'reason': 'pod_resources=off'}
+    finally:
+        os.remove(stale)
+        os.rmdir(directory)
+    # No socket at all: not a Kubernetes node, auto goes on.
+    result, failed = run_module(nvidia_mig_facts.main, {'pod_resources_socket': stale})
+    assert not failed and 'not a Kubernetes node' in result['ansible_facts']['nvidia_mig']['pod_resources']['reason']
+
+
+def test_a_socket_that_cannot_even_be_looked_at_is_not_taken_for_absent(monkeypatch):
+    from ansible_collections.gpufleet.mig.plugins.module_utils import _module_support
+
+    class DeniedOs(object):
+        @staticmethod
+        def stat(path):
+            raise OSError(errno.EACCES, 'Permission denied', path)
+
+    monkeypatch.setattr(_module_support, 'os', DeniedOs)
+    assert _module_support._socket_absent('/var/lib/kubelet/pod-resources/kubelet.sock') is False
+
+
+# ---- who may run the modules -----------------------------------------------------------------------
+
+def test_a_non_root_user_is_told_to_use_become(simulated_host, run_module, monkeypatch):
+    from ansible_collections.gpufleet.mig.plugins.module_utils import _host_lock
+    host = busy_3g_host(simulated_host)
+    # The lock folder (the test's) is root's; the module now runs as an ordinary user.
+    monkeypatch.setattr(_host_lock.os, 'geteuid', lambda: 1000)
+    for main, args in ((nvidia_mig_facts.main, {'pod_resources': 'off'}),
+                       (nvidia_mig_instance.main, {'gpus': [0], 'state': 'absent', 'pod_resources': 'off'})):
+        result, failed = run_module(main, args)
+        assert failed and 'needs root' in result['msg'] and 'become: true' in result['msg'], result
+        assert 'unexpected error' not in result['msg'] and 'exception' not in result
+    assert mutating_calls(host) == []
+
+
+# ---- NVML errors are never read as "nothing there" ---------------------------------------------------
+
+def test_a_failed_compute_profile_read_is_an_error_not_an_idle_instance(simulated_host, run_module):
+    fault = {'call': 'nvmlGpuInstanceGetComputeInstanceProfileInfoV', 'gpu': 0, 'nth': 1, 'error': 'NVML_ERROR_UNKNOWN'}
+    host = busy_3g_host(simulated_host)
+    state = host.read()
+    state['faults'] = [fault]
+    host.write(state)
+    result, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
+    assert failed and 'read compute profile 0 of GPU instance' in result['msg'] and 'NVML_ERROR_UNKNOWN' in result['msg'], result
+    # Read again once the error is gone: the busy compute instance is there.
+    facts = facts_of(run_module)['gpus'][0]
+    assert facts['gpu_instances'][0]['busy'] and facts['gpu_instances'][0]['compute_instances'][0]['processes'][0]['pid'] == 4242
+    assert mutating_calls(host) == []
