@@ -71,7 +71,6 @@ def test_lock_refuses_a_symlinked_file_or_folder_and_an_open_folder(tmp_path):
     assert elsewhere.read_text() == ''
 
 
-
 def _denied(*args, **kwargs):
     raise OSError(errno.EACCES, 'Permission denied')
 
