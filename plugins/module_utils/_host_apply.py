@@ -61,18 +61,16 @@ class GpuDecision(object):
         self.gpu = gpu
         self.match = match
         self.wanted_enabled = match['mig_enabled']
-        self.mode = ModeDecision(gpu, self.wanted_enabled, request.allow_reset)
         held = allocations.get(gpu['uuid'], {})
+        # Pods holding the whole GPU: a mode change needs them gone. Pods on its instances refuse in
+        # plan_gpu, which names the instance (MIG goes off only once every instance is gone).
+        self.mode = ModeDecision(gpu, self.wanted_enabled, request.allow_reset, pods=held.get('gpu', []))
         self.allocated = held.get('instances', {})
         self.evictable = request.evictable
-        # Pods holding the whole GPU: a mode change needs them gone.
         self.gpu_pods = list(held.get('gpu', [])) if self.mode.changed else []
         problem = self.mode.problem()
         if problem and self.evictable and not self._pids_outside_pods(held):
-            problem = None      # every process belongs to a pod that is evicted first
-        if self.gpu_pods and not self.evictable:
-            problem = 'GPU %d (%s) is allocated to pod(s) %s; the MIG mode cannot change under them' % (
-                gpu['index'], gpu['uuid'], ', '.join(self.gpu_pods))
+            problem = None      # every process and pod is one evicted first
         if problem:
             raise PlanningError(problem)
         self.instances = None

@@ -38,8 +38,9 @@ class ModuleFailure(Exception):
 
 
 # Errors whose message is the whole story: no traceback for the user.
+# (UnknownDeviceIds is not one of them: run_module adds what pod_resources=off would do.)
 EXPECTED_ERRORS = (_nvml_backend.BackendError, SelectionError, PlanningError, LayoutConfigError, ApplyError, LockTimeout,
-                   UnsafeLockPath, LockPermissionDenied, UnknownDeviceIds, ModuleFailure)
+                   UnsafeLockPath, LockPermissionDenied, ModuleFailure)
 
 # What pod_resources=off costs, for the messages that point to it.
 _OFF_HINT = ('pod_resources=off skips the kubelet (pods are then known only through the cgroups of running GPU processes, '
@@ -132,11 +133,16 @@ def read_pod_resources(module):
     return devices, {'read': True}
 
 
+def unread_pid_pods(host, pod_devices):
+    """Where pod-resources were not read (``pod_devices`` None), the pods of the running GPU processes,
+    from their cgroups (_pod_resources.pods_of_pids); otherwise None."""
+    return pods_of_pids(gpu_pids(host)) if pod_devices is None else None
+
+
 def host_allocations(host, pod_devices):
     """_pod_resources.allocations_of for ``host``: from the kubelet's answer or, where it was not
-    read (``pod_devices`` None), from the cgroups of the running GPU processes."""
-    pid_pods = pods_of_pids(gpu_pids(host)) if pod_devices is None else None
-    return allocations_of(host, pod_devices or [], pid_pods)
+    read, from the cgroups of the running GPU processes."""
+    return allocations_of(host, pod_devices or [], unread_pid_pods(host, pod_devices))
 
 
 def gpu_pids(host):

@@ -315,17 +315,17 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils import _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import metrics_content, record_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import node_resources, pods_of_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import node_resources
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, layout_problems, validate_configs
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
     ModuleFailure,
-    gpu_pids,
     layout_lines,
     nvml_session,
     read_pod_resources,
     run_module,
+    unread_pid_pods,
 )
 
 
@@ -493,9 +493,8 @@ def main_body(module):
 
     with nvml_session(module, exclusive=not module.check_mode) as backend:
         host = backend.read_host()
-        if pod_devices is None:
-            # Without pod-resources, the pods of running processes are still known from their cgroups.
-            request.pid_pods = pods_of_pids(gpu_pids(host))
+        # Without pod-resources, the pods of running processes are still known from their cgroups.
+        request.pid_pods = unread_pid_pods(host, pod_devices)
         try:
             before, after, done, host = converge(backend, request, apply=apply, hold_clients=hold_clients, host=host)
         except Exception as exc:  # recorded for the metrics, then reported by run_module

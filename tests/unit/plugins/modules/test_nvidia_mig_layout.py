@@ -594,6 +594,22 @@ def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_proc
     assert mutating_calls(host) == []
 
 
+def test_a_mode_change_under_a_pod_holding_the_whole_gpu_needs_its_eviction(simulated_host, run_module, host_paths, kubelet_with):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}])
+    facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
+    assert not failed, facts
+    uuid = facts['ansible_facts']['nvidia_mig']['gpus'][0]['uuid']
+    socket = kubelet_with([{'namespace': 'ml', 'pod': 'trainer', 'containers': [{'name': 'c', 'devices': {'nvidia.com/gpu': [uuid]}}]}])
+    # No process runs, but the pod holds the GPU: enabling MIG would take it away.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket))
+    assert failed and 'GPU 0' in result['msg'] and 'ml/trainer' in result['msg'] and 'MIG mode' in result['msg'], result
+    # Deciding for an eviction names the pod instead.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket, apply=False, evict=True))
+    assert not failed and result['pods_to_evict'] == ['ml/trainer'], result
+    assert mutating_calls(host) == []
+
+
 # ---- a MIG mode that stays pending -----------------------------------------------------------------
 
 def test_a_pending_enable_without_reset_is_reboot_required_not_an_error(simulated_host, run_module, host_paths):
