@@ -27,7 +27,9 @@ import tempfile
 import time
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(os.path.abspath(sys.executable))
+sys.path.insert(0, REPOSITORY)
+
+from tests.support.playbook import BIN, ansible_environment  # noqa: E402  (the environment the tests run Ansible in)
 MODELS = ['A100-SXM4-80GB', 'H100-SXM5-80GB', 'A30', 'H200']
 
 _WRAPPER = """#!/bin/sh
@@ -35,19 +37,6 @@ _WRAPPER = """#!/bin/sh
 echo "%(host)s" >> "%(log)s"
 exec "%(python)s" "$@"
 """
-
-
-def ansible_env():
-    env = dict((k, v) for k, v in os.environ.items() if not k.lower().endswith('_proxy'))
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPOSITORY, 'build', 'collections'),
-        ANSIBLE_ROLES_PATH=os.path.join(REPOSITORY, 'roles'),
-        ANSIBLE_CONFIG=os.path.join(REPOSITORY, 'ansible.cfg'),
-        ANSIBLE_NOCOLOR='1',
-        PATH=BIN + os.pathsep + env.get('PATH', ''),
-    )
-    env.pop('PYTHONPATH', None)
-    return env
 
 
 def write_fleet(directory, hosts):
@@ -117,7 +106,7 @@ def bench_fleet(hosts, repeats):
     directory = tempfile.mkdtemp(prefix='gpufleet-rollout-')
     try:
         inventory = write_fleet(directory, hosts)
-        env = ansible_env()
+        env = ansible_environment()
         playbook = [os.path.join(BIN, 'ansible-playbook'), '-i', inventory]
         rollout = playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_serial=100%']
         timed(playbook + [os.path.join('simulator', 'seed.yml')], env)
