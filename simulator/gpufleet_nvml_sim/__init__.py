@@ -17,7 +17,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from gpufleet_nvml_sim.errors import ERRORS, SimulatorError  # noqa: F401  (the package's public interface)
-from gpufleet_nvml_sim.host_events import HOST_EVENTS, set_clients, set_pids, simulate_gpu_reset, simulate_reboot  # noqa: F401
+from gpufleet_nvml_sim.host_events import (  # noqa: F401
+    HOST_EVENTS, set_clients, set_mig_clients, set_pids, simulate_gpu_reset, simulate_reboot)
 from gpufleet_nvml_sim.library import MUTATING_CALLS, SYMBOLS, SimulatedNvml, install, uninstall  # noqa: F401
 from gpufleet_nvml_sim.models import MODELS, UnknownModel, get_model, mode_applies_immediately  # noqa: F401
 from gpufleet_nvml_sim.state import call_log_path, load_state, read_call_log, write_state  # noqa: F401

@@ -37,7 +37,12 @@ HOST_EVENTS = ('simulate_gpu_reset', 'simulate_reboot')
 def simulate_gpu_reset(path, index):
     """What ``nvidia-smi -r -i <index>`` does: refused (SimulatorError) while processes or clients such as
     nvidia-persistenced, DCGM or nvidia_drm hold the GPU; else the pending MIG mode becomes current and
-    every GPU and compute instance is gone."""
+    every GPU and compute instance is gone.
+
+    Per architecture: on Ampere a reset is how a pending MIG mode takes effect (MIG User Guide). On Hopper
+    and later MIG mode is driver state and a repeated nvmlDeviceSetMigMode on the idle GPU applies it; that
+    a reset applies a pending mode there too, as modelled here, is NOT VERIFIED on hardware.
+    """
     with file_lock(path):
         state = load_state(path)
         gpu = gpu_at(state, index, 'simulated reset')
@@ -103,4 +108,17 @@ def set_clients(path, index, clients):
     with file_lock(path):
         state = load_state(path)
         gpu_at(state, index, 'set_clients')['clients'] = clients
+        save_state(path, state)
+
+
+def set_mig_clients(path, index, clients):
+    """The GPU clients that now hold GPU ``index``'s MIG devices open, e.g. ``['dcgm']`` or
+    ``['dcgm-exporter']`` (an empty list: none). Like DCGM on real drivers they list no process, yet every
+    compute or GPU instance destroy on the GPU answers NVML_ERROR_IN_USE (DCGM issues 95 and 276), a MIG mode
+    change stays pending and a reset is refused. Not an NVML call: not logged."""
+    clients = list(clients) if isinstance(clients, (list, tuple)) else clients
+    check_clients('set_mig_clients', clients)
+    with file_lock(path):
+        state = load_state(path)
+        gpu_at(state, index, 'set_mig_clients')['mig_clients'] = clients
         save_state(path, state)

@@ -26,7 +26,7 @@ __metaclass__ = type
 from gpufleet_nvml_sim import abi, rules
 from gpufleet_nvml_sim.abi import TAG_CI, TAG_DEVICE, TAG_GI, TAG_MIG
 from gpufleet_nvml_sim.errors import ERROR_STRINGS, ERRORS, SUCCESS, NvmlFailure
-from gpufleet_nvml_sim.models import CI_PROFILE_COUNT, compute_instance_name, get_model
+from gpufleet_nvml_sim.models import CI_PROFILE_COUNT, compute_instance_name, for_driver
 from gpufleet_nvml_sim.state import (
     append_log,
     derived_uuid,
@@ -34,6 +34,7 @@ from gpufleet_nvml_sim.state import (
     find,
     has_pending_fault,
     load_state,
+    next_gpu_instance_id,
     save_state,
     take_fault,
 )
@@ -117,7 +118,7 @@ class SimulatedNvml(object):
         if tag not in kinds or not 0 <= index < len(state['gpus']):
             raise NvmlFailure('NVML_ERROR_INVALID_ARGUMENT')
         gpu = state['gpus'][index]
-        ctx = _Context(tag, index, gpu, get_model(gpu['model']), state['driver_version'])
+        ctx = _Context(tag, index, gpu, for_driver(gpu['model'], state['driver_version']), state['driver_version'])
         if tag != TAG_DEVICE:
             ctx.gi = find(gpu['gpu_instances'], gi_id)
             if ctx.gi is None:      # a stale handle: the GPU instance was destroyed
@@ -190,13 +191,15 @@ class SimulatedNvml(object):
 
     @staticmethod
     def _fill_placements(starts, size, array, count):
-        """Possible placements, NVML style: a NULL array asks for the count; otherwise count is the array size."""
+        """Possible placements, NVML style: a NULL array asks for the count. ``count`` is an output only (nvml.h:
+        "Returns number of valid placements"; the array "must be large enough to accommodate the placements
+        supported by the profile"): what the caller put in it is never read."""
         elements = abi.elements(array)
         if elements is None:
             abi.set_uint(count, len(starts))
             return
         capacity = abi.capacity(elements)
-        if abi.uint(count) < len(starts) or (capacity is not None and capacity < len(starts)):
+        if capacity is not None and capacity < len(starts):
             abi.set_uint(count, len(starts))
             raise NvmlFailure('NVML_ERROR_INSUFFICIENT_SIZE')
         for position, start in enumerate(starts):
@@ -313,7 +316,7 @@ class SimulatedNvml(object):
         info.bus = int(bus, 16)
         info.device = int(device, 16)
         info.pciDeviceId = ctx.gpu.get('pci_device_id', ctx.model['pci_device_id'])
-        info.pciSubSystemId = 0
+        info.pciSubSystemId = ctx.gpu.get('pci_subsystem_id', ctx.model['pci_subsystem_id'])
 
     def _memory_total(self, ctx):
         return (ctx.gi_profile['memory_mib'] if ctx.tag == TAG_MIG else ctx.model['memory_total_mib']) * _MIB
@@ -350,7 +353,14 @@ class SimulatedNvml(object):
         - Held by processes or clients: the call still succeeds, the mode stays pending and the
           activation status is IN_USE ("In use by another client"); a later reset or reboot (Ampere),
           or a repeated call on an idle GPU, applies it.
-        - Disabling while GPU instances exist: the call fails with IN_USE.
+        - Disabling while GPU instances exist: the GPU is not idle, so the same: the call succeeds, the
+          change stays pending and the activation status says IN_USE (nml.h: activationStatus returns
+          "the appropriate error code upon unsuccessful activation", e.g. IN_USE when the device is not
+          idle; "the caller ... is expected to idle the device and retry setting the mode again").
+        Per architecture: Hopper and later are reset-less, a repeated call on an idle GPU applies the
+        change (the MIG User Guide's "reset-less" MIG mode); on Ampere the driver resets the GPU itself
+        on the call, so a repeated call on an idle GPU applying a pending change is modelled alike but
+        NOT VERIFIED on hardware.
         """
         mode = abi.uint(mode)
 
@@ -359,12 +369,10 @@ class SimulatedNvml(object):
             if mode not in (0, 1):
                 raise NvmlFailure('NVML_ERROR_INVALID_ARGUMENT')
             wanted = 'enabled' if mode else 'disabled'
-            if wanted == 'disabled' and ctx.gpu['gpu_instances']:
-                raise NvmlFailure('NVML_ERROR_IN_USE')
             mig = ctx.gpu['mig']
             mig['pending'] = wanted
             pids, clients = rules.holders(ctx.gpu)
-            if mig['current'] != wanted and (pids or clients):
+            if mig['current'] != wanted and (pids or clients or ctx.gpu['gpu_instances']):
                 return {'activation_status': 'NVML_ERROR_IN_USE'}
             mig['current'] = wanted
             return {'activation_status': 'NVML_SUCCESS'}
@@ -426,10 +434,12 @@ class SimulatedNvml(object):
 
     # ---- GPU instances ------------------------------------------------------------------------
 
-    def _create_gi(self, call, handle, profile_id, start, handle_out):
+    def _create_gi(self, call, handle, profile_id, start, handle_out, size=None):
         def change(state, ctx):
             self._require_mig_enabled(ctx)
             profile = rules.profile_by_id(ctx.model, profile_id)
+            if size is not None and size != profile['memory_slices']:
+                raise NvmlFailure('NVML_ERROR_INVALID_ARGUMENT')     # a placement is (start, the profile's size)
             instances = ctx.gpu['gpu_instances']
             chosen = start
             if chosen is None:
@@ -439,12 +449,14 @@ class SimulatedNvml(object):
                 problem = rules.gi_problem(ctx.model, instances, profile, chosen)
             if problem:
                 raise NvmlFailure(problem[0])
-            gi_id = rules.new_gpu_instance_id(ctx.model, instances, profile, chosen)
+            gi_id = next_gpu_instance_id(ctx.model, ctx.gpu, profile)
             instances.append({'id': gi_id, 'profile': profile['name'], 'start': chosen, 'compute_instances': []})
             return {'created': {'gpu_instance_id': gi_id, 'start': chosen}}
         arguments = {'profile_id': profile_id}
         if start is not None:
             arguments['start'] = start
+        if size is not None:
+            arguments['size'] = size
         created = self._mutate(call, handle, _PARENT, arguments, change)['created']
         abi.store_handle(handle_out, abi.encode(TAG_GI, abi.decode(handle)[1], created['gpu_instance_id']))
 
@@ -452,9 +464,11 @@ class SimulatedNvml(object):
         self._create_gi('nvmlDeviceCreateGpuInstance', handle, abi.uint(profile_id), None, handle_out)
 
     def sym_nvmlDeviceCreateGpuInstanceWithPlacement(self, handle, profile_id, placement, handle_out):
-        # The placement's size is not checked: callers pass the size from the possible placements, or 0.
-        self._create_gi('nvmlDeviceCreateGpuInstanceWithPlacement', handle, abi.uint(profile_id), abi.target(placement).start,
-                        handle_out)
+        """A placement whose size is not the profile's is refused (INVALID_ARGUMENT), as any placement that is not
+        one of the possible placements: callers pass one of those, size included."""
+        placement = abi.target(placement)
+        self._create_gi('nvmlDeviceCreateGpuInstanceWithPlacement', handle, abi.uint(profile_id), placement.start, handle_out,
+                        size=placement.size)
 
     def sym_nvmlDeviceGetGpuInstances(self, handle, profile_id, instances_out, count):
         ctx = self._read('nvmlDeviceGetGpuInstances', handle)
@@ -484,7 +498,7 @@ class SimulatedNvml(object):
         gi_id = abi.decode(handle)[2]
 
         def change(state, ctx):
-            if ctx.gi['compute_instances']:
+            if ctx.gi['compute_instances'] or ctx.gpu['mig_clients']:
                 raise NvmlFailure('NVML_ERROR_IN_USE')
             ctx.gpu['gpu_instances'].remove(ctx.gi)
         self._mutate('nvmlGpuInstanceDestroy', handle, (TAG_GI,), {'gpu_instance_id': gi_id}, change)
@@ -549,7 +563,8 @@ class SimulatedNvml(object):
             if problem:
                 raise NvmlFailure(problem[0])
             ci_id = rules.lowest_free(0, set(ci['id'] for ci in cis))
-            cis.append({'id': ci_id, 'profile': compute_instance_name(ctx.gi_profile, slices), 'start': chosen, 'pids': []})
+            cis.append({'id': ci_id, 'profile': compute_instance_name(ctx.gi_profile, slices), 'profile_id': profile_id,
+                        'start': chosen, 'pids': []})
             return {'created': {'compute_instance_id': ci_id, 'start': chosen}}
         arguments = {'gpu_instance_id': gi_id, 'profile_id': profile_id}
         if start is not None:
@@ -566,8 +581,10 @@ class SimulatedNvml(object):
 
     def sym_nvmlGpuInstanceGetComputeInstances(self, handle, profile_id, instances_out, count):
         ctx = self._read('nvmlGpuInstanceGetComputeInstances', handle, (TAG_GI,))
-        name = compute_instance_name(ctx.gi_profile, self._ci_slices(ctx, abi.uint(profile_id)))
-        found = sorted((ci for ci in ctx.gi['compute_instances'] if ci['profile'] == name), key=lambda c: c['start'])
+        profile_id = abi.uint(profile_id)
+        self._ci_slices(ctx, profile_id)       # NOT_SUPPORTED for a profile this GI does not offer
+        # Listed under the profile id it was created with (a variant id lists only those created with it).
+        found = sorted((ci for ci in ctx.gi['compute_instances'] if ci['profile_id'] == profile_id), key=lambda c: c['start'])
         self._fill_handles([abi.encode(TAG_CI, ctx.index, ctx.gi['id'], ci['id']) for ci in found], instances_out, count)
 
     def sym_nvmlGpuInstanceGetComputeInstanceById(self, handle, ci_id, handle_out):
@@ -583,7 +600,7 @@ class SimulatedNvml(object):
         info.device = abi.as_pointer(abi.encode(TAG_DEVICE, ctx.index), type(info.device))
         info.gpuInstance = abi.as_pointer(abi.encode(TAG_GI, ctx.index, ctx.gi['id']), type(info.gpuInstance))
         info.id = ctx.ci['id']
-        info.profileId = rules.ci_profile_id(ctx.model, ctx.gi_profile, ctx.ci_slices, ctx.driver_version)
+        info.profileId = ctx.ci['profile_id']
         info.placement.start = ctx.ci['start']
         info.placement.size = ctx.ci_slices
 
@@ -591,7 +608,9 @@ class SimulatedNvml(object):
         dummy_tag, dummy_index, gi_id, ci_id = abi.decode(handle)
 
         def change(state, ctx):
-            if ctx.ci['pids']:
+            # A GPU client holding the MIG devices (DCGM, dcgm-exporter) refuses the destroy with no process
+            # listed (DCGM issues 95 and 276): the caller sees IN_USE and an empty process list.
+            if ctx.ci['pids'] or ctx.gpu['mig_clients']:
                 raise NvmlFailure('NVML_ERROR_IN_USE')
             ctx.gi['compute_instances'].remove(ctx.ci)
         self._mutate('nvmlComputeInstanceDestroy', handle, (TAG_CI,), {'gpu_instance_id': gi_id, 'compute_instance_id': ci_id}, change)
@@ -603,8 +622,12 @@ class SimulatedNvml(object):
         abi.set_uint(result_out, 1 if ctx.tag == TAG_MIG else 0)
 
     def sym_nvmlDeviceGetMaxMigDeviceCount(self, handle, count_out):
+        """SUCCESS with 0 where MIG is unsupported or currently off (nvml.h: "count: Returns the count of MIG devices";
+        drivers answer 0 rather than an error there)."""
         ctx = self._read('nvmlDeviceGetMaxMigDeviceCount', handle)
-        self._require_mig_capable(ctx)
+        if not ctx.model['mig_capable'] or ctx.gpu['mig']['current'] != 'enabled':
+            abi.set_uint(count_out, 0)
+            return
         # one MIG device per compute slice at most: the largest 1-slice max count (7, or 4 on 4-slice GPUs)
         abi.set_uint(count_out, max(p['max_count'] for p in ctx.model['profiles'] if p['memory_slices'] == 1))
 

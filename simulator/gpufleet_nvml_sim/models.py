@@ -56,8 +56,13 @@ GI_PROFILE_COUNT = 0x12
 
 # NVML_COMPUTE_INSTANCE_PROFILE_* [H]: the CI profile id equals the enum index.
 CI_ENUM_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-CI_ENUM_1_SLICE_REV1 = 7    # full-size CI of a double-memory 1g GI on Hopper and later
-CI_ENUM_7_SLICE_NVL = 8     # full-size CI of an A100 7g GI on recent drivers
+# Real drivers offer some full-size CI profiles in pairs, the plain enum and a variant, both naming the same
+# CI: an A100 7g GI offers 4 (7_SLICE) and 8 (7_SLICE_NVL) on recent drivers (dra-driver-nvidia-gpu issue 1480;
+# the mig-geometry reference saw "A100 7g reports CI profile 8"), a double-memory 1g GI on Hopper and later
+# offers 0 (1_SLICE) and 7 (1_SLICE_REV1) ("MIG 1g.20gb (ID 7)" in `nvidia-smi mig -lcip`). gpufleet.mig
+# creates with the plain one; the simulator answers to both.
+CI_ENUM_1_SLICE_REV1 = 7    # second full-size CI profile of a double-memory 1g GI on Hopper and later
+CI_ENUM_7_SLICE_NVL = 8     # second full-size CI profile of an A100 7g GI on recent drivers
 CI_PROFILE_COUNT = 0x9
 
 # nvmlDeviceArchitecture_t [H]
@@ -113,8 +118,8 @@ A100_SXM4_40GB = {
     'nvml_name': 'NVIDIA A100-SXM4-40GB', 'pci_device_ids': (0x20B010DE,), 'architecture': ARCH_AMPERE,
     'memory_total_mib': 40960, 'sm_count': 108, 'mig_mode_change': PENDING_UNTIL_RESET,
     'memory_slices': 8, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': AUTO_PLACEMENT_8,
-    # The full-size CI of a 7g GI is NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL on recent drivers [REF]; from which
-    # driver on is a GUESS (R580, the branch of the default driver_version).
+    # A 7g GI also offers NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL on recent drivers [REF]; from which driver on
+    # is a GUESS (R580, the branch of the default driver_version).
     'ci_7_slice_nvl_since_driver': 580,
     'gpu_instance_profiles': (
         (ENUM_1_SLICE, 19, '1g.5gb', 1, 1, 4864, 14, 7, _1G_8, (1, 0, 0, 0, 0)),
@@ -134,6 +139,8 @@ A100_SXM4_80GB = {
     'memory_total_mib': 81920, 'sm_count': 108, 'mig_mode_change': PENDING_UNTIL_RESET,
     'memory_slices': 8, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': AUTO_PLACEMENT_8,
     'ci_7_slice_nvl_since_driver': 580,     # see A100_SXM4_40GB (threshold GUESS)
+    # R535 and R545 named the 3g profile 3g.39gb (mig-parted issue 31); its memory then: as now, GUESS.
+    'driver_variants': ((535, 545, {'3g.40gb': ('3g.39gb', None)}),),
     'gpu_instance_profiles': (
         (ENUM_1_SLICE, 19, '1g.10gb', 1, 1, 9728, 14, 7, _1G_8, (1, 0, 0, 0, 0)),
         (ENUM_1_SLICE_REV1, 20, '1g.10gb+me', 1, 1, 9728, 14, 1, _1G_8, (1, 1, 0, 1, 1)),
@@ -146,13 +153,13 @@ A100_SXM4_80GB = {
 }
 
 A30 = {
-    # [README] name and PCI id; [UG] names, counts, engines (1g.6gb: one decoder per [REF]); [REF] ids, memory,
-    # SMs (high). 4 memory slices, 4 compute slices.
+    # [README] name and PCI id; [UG] names, counts, engines (1g.6gb: no decoder, as the MIG User Guide's A30 table
+    # lists it: only 1g.6gb+me gets one); [REF] ids, memory, SMs (high). 4 memory slices, 4 compute slices.
     'nvml_name': 'NVIDIA A30', 'pci_device_ids': (0x20B710DE,), 'architecture': ARCH_AMPERE,
     'memory_total_mib': 24576, 'sm_count': 56, 'mig_mode_change': PENDING_UNTIL_RESET,
     'memory_slices': 4, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': AUTO_PLACEMENT_4,
     'gpu_instance_profiles': (
-        (ENUM_1_SLICE, 14, '1g.6gb', 1, 1, 5952, 14, 4, _1G_4, (1, 1, 0, 0, 0)),
+        (ENUM_1_SLICE, 14, '1g.6gb', 1, 1, 5952, 14, 4, _1G_4, (1, 0, 0, 0, 0)),
         (ENUM_1_SLICE_REV1, 21, '1g.6gb+me', 1, 1, 5952, 14, 1, _1G_4, (1, 1, 0, 1, 1)),
         (ENUM_2_SLICE, 5, '2g.12gb', 2, 2, 11968, 28, 2, (0, 2), (2, 2, 0, 0, 0)),
         (ENUM_2_SLICE_REV1, 6, '2g.12gb+me', 2, 2, 11968, 28, 1, (0, 2), (2, 2, 0, 1, 1)),
@@ -211,6 +218,12 @@ H100_NVL = {
     ),
 }
 
+H100_SXM5_94GB = dict(
+    # PCI id 0x2339 "H100 SXM5 94GB": public PCI id lists (pci.ids style); NVML name: GUESS. Profiles as the H100 NVL
+    # (the PCIe 94GB board, listed as "H100 PCIe 94GB (H100 NVL)" in NVIDIA's vGPU tables) with its 132 SMs: GUESS.
+    H100_NVL, nvml_name='NVIDIA H100 SXM5 94GB', pci_device_ids=(0x233910DE,),
+)
+
 H200 = {
     # [README] name and PCI id; [REF] from mig-parted issue 120: names, ids, memory (1g.18gb 16384 confirmed;
     # 1g.35gb/2g.35gb 33024, 3g/4g.71gb 71168, 7g.141gb 143104), SMs, engines, total 143771 (high).
@@ -263,6 +276,32 @@ GH200_144GB = {
     ),
 }
 
+H100_96GB = dict(
+    # PCI id 0x233D: mig-parted's config-default.yaml and the GPU operator's config map ("H100-96GB", all-balanced:
+    # 1g.12gb, 2g.24gb, 3g.48gb; all-7g.96gb) [REF]. Profiles, memory and SMs as GH200 96GB (the same names): GUESS.
+    # NVML name: GUESS.
+    GH200_96GB, nvml_name='NVIDIA H100 96GB HBM3', pci_device_ids=(0x233D10DE,),
+)
+
+PG506_96GB = {
+    # PCI id 0x20B6 (GA100, Ampere): mig-parted's config-default.yaml ("PG506-96GB", the 96 GB profile names of
+    # GH200 96GB: 1g.12gb, 2g.24gb, 3g.48gb, 4g.48gb, 7g.96gb) [REF]. Memory as GH200 96GB, SMs, engines, ids and the
+    # Ampere mode change as the A100: GUESS. NVML name: GUESS.
+    'nvml_name': 'NVIDIA PG506-96GB', 'pci_device_ids': (0x20B610DE,), 'architecture': ARCH_AMPERE,
+    'memory_total_mib': 97871, 'sm_count': 108, 'mig_mode_change': PENDING_UNTIL_RESET,
+    'memory_slices': 8, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': AUTO_PLACEMENT_8,
+    'ci_7_slice_nvl_since_driver': 580,     # see A100_SXM4_40GB (threshold GUESS)
+    'gpu_instance_profiles': (
+        (ENUM_1_SLICE, 19, '1g.12gb', 1, 1, 11264, 14, 7, _1G_8, (1, 0, 0, 0, 0)),
+        (ENUM_1_SLICE_REV1, 20, '1g.12gb+me', 1, 1, 11264, 14, 1, _1G_8, (1, 1, 0, 1, 1)),
+        (ENUM_1_SLICE_REV2, 15, '1g.24gb', 1, 2, 23552, 14, 4, (0, 2, 4, 6), (1, 1, 0, 0, 0)),
+        (ENUM_2_SLICE, 14, '2g.24gb', 2, 2, 23552, 28, 3, (0, 2, 4), (2, 1, 0, 0, 0)),
+        (ENUM_3_SLICE, 9, '3g.48gb', 3, 4, 47616, 42, 2, (0, 4), (3, 2, 0, 0, 0)),
+        (ENUM_4_SLICE, 5, '4g.48gb', 4, 4, 47616, 56, 1, (0,), (4, 2, 0, 0, 0)),
+        (ENUM_7_SLICE, 0, '7g.96gb', 7, 8, 95232, 98, 1, (0,), (7, 5, 0, 1, 1)),
+    ),
+}
+
 H20 = {
     # [README] name and PCI id; [REF] "96 GB profiles (1g.12gb .. 7g.96gb), total 97871". Memory per profile as
     # GH200 96GB (same total): GUESS. The H20 has 78 SMs: per-profile SMs are H100's scaled by 78/132 and rounded
@@ -290,6 +329,8 @@ B200 = {
     # engines 3g 6 / 4g 8 / 7g 16 [UG]; other engines follow H100's per-slice pattern: GUESS. Total 183359 [REF].
     'nvml_name': 'NVIDIA B200', 'pci_device_ids': (0x290110DE,), 'architecture': ARCH_BLACKWELL,
     'memory_total_mib': 183359, 'sm_count': 148, 'mig_mode_change': IMMEDIATE_WHEN_IDLE,
+    # The older driver of mig-parted PR 166 (January 2025) gave 1g 22.00 GiB [REF]; which branches: GUESS (before R570).
+    'driver_variants': ((0, 569, {'1g.23gb': ('1g.23gb', 22528), '1g.23gb+me': ('1g.23gb+me', 22528)}),),
     'memory_slices': 8, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': AUTO_PLACEMENT_8,
     'gpu_instance_profiles': (
         (ENUM_1_SLICE, 19, '1g.23gb', 1, 1, 20992, 18, 7, _1G_8, (2, 1, 0, 1, 0)),
@@ -310,6 +351,9 @@ GB200 = {
     # count: GUESS; engines as B200: GUESS.
     'nvml_name': 'NVIDIA GB200', 'pci_device_ids': (0x294110DE,), 'architecture': ARCH_BLACKWELL,
     'memory_total_mib': 189471, 'sm_count': 152, 'mig_mode_change': IMMEDIATE_WHEN_IDLE,
+    # The early driver of gpu-operator PR 1303 (March 2025) named the 1g profile 1g.24gb at 20.00 GiB [REF]; which
+    # branches: GUESS (before R580).
+    'driver_variants': ((0, 579, {'1g.23gb': ('1g.24gb', 20480), '1g.23gb+me': ('1g.24gb+me', 20480)}),),
     'memory_slices': 8, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': AUTO_PLACEMENT_8,
     'gpu_instance_profiles': (
         (ENUM_1_SLICE, 19, '1g.23gb', 1, 1, 22528, 18, 7, _1G_8, (2, 1, 0, 1, 0)),
@@ -366,6 +410,10 @@ RTX_PRO_6000_SERVER = {
     'nvml_name': 'NVIDIA RTX PRO 6000 Blackwell Server Edition', 'pci_device_ids': (0x2BB510DE,),
     'architecture': ARCH_BLACKWELL, 'memory_total_mib': 97887, 'sm_count': 188, 'mig_mode_change': IMMEDIATE_WHEN_IDLE,
     'memory_slices': 4, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': AUTO_PLACEMENT_4,
+    # [LGIP] bigstack-oss/cubecos issue 312 shows every 1g profile at 23.12 GiB (the names unchanged), the later
+    # transcripts 23.62 GiB; which branches gave 23.12: GUESS (before R580).
+    'driver_variants': ((0, 579, dict((name, (name, 23675)) for name in (
+        '1g.24gb', '1g.24gb+me', '1g.24gb+gfx', '1g.24gb+me.all', '1g.24gb-me'))),),
     'gpu_instance_profiles': (
         (ENUM_1_SLICE, 14, '1g.24gb', 1, 1, 24187, 46, 4, _1G_4, (1, 1, 1, 1, 0)),
         (ENUM_1_SLICE_REV1, 21, '1g.24gb+me', 1, 1, 24187, 46, 1, _1G_4, (1, 1, 1, 1, 1)),
@@ -378,6 +426,21 @@ RTX_PRO_6000_SERVER = {
         (ENUM_2_SLICE_NO_ME, 66, '2g.48gb-me', 2, 2, 48517, 94, 2, (0, 2), (2, 0, 0, 0, 0)),
         (ENUM_4_SLICE, 0, '4g.96gb', 4, 4, 97280, 188, 1, (0,), (4, 4, 4, 4, 1)),
         (ENUM_4_SLICE_GFX, 32, '4g.96gb+gfx', 4, 4, 97280, 188, 1, (0,), (4, 4, 4, 4, 1)),
+    ),
+}
+
+RTX_PRO_5000 = {
+    # A 2-memory-slice GPU. The 48 GB board, 110 SMs: public spec sheets. Name and PCI id 0x2BB3: GUESS (the driver
+    # README's Blackwell RTX PRO ids run 0x2BB1 Workstation, 0x2BB4 Max-Q, 0x2BB5 Server; not checked here). The MIG
+    # profiles (two 1g.24gb or one 2g.48gb, as the MIG User Guide's RTX PRO 5000 row announces): ids as the RTX PRO
+    # 6000's, memory, SMs, engines and total memory: GUESS, consistent with the name rule. No media-extension
+    # variants: GUESS (none published).
+    'nvml_name': 'NVIDIA RTX PRO 5000 Blackwell', 'pci_device_ids': (0x2BB310DE,), 'architecture': ARCH_BLACKWELL,
+    'memory_total_mib': 48935, 'sm_count': 110, 'mig_mode_change': IMMEDIATE_WHEN_IDLE,
+    'memory_slices': 2, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': {1: (0, 1), 2: (0,)},
+    'gpu_instance_profiles': (
+        (ENUM_1_SLICE, 14, '1g.24gb', 1, 1, 24187, 54, 2, (0, 1), (1, 1, 1, 1, 0)),
+        (ENUM_2_SLICE, 0, '2g.48gb', 2, 2, 48517, 110, 1, (0,), (2, 2, 2, 2, 1)),
     ),
 }
 
@@ -421,6 +484,9 @@ _TABLES = {
     'H800-SXM5-80GB': _same_table(H100_SXM5_80GB, 'NVIDIA H800', (0x232410DE,)),
     'H800-PCIE-80GB': _same_table(H100_PCIE_80GB, 'NVIDIA H800 PCIe', (0x232210DE,)),
     'H100-NVL': H100_NVL,
+    'H100-SXM5-94GB': H100_SXM5_94GB,
+    'H100-96GB': H100_96GB,
+    'PG506-96GB': PG506_96GB,
     # [README] 0x233A "NVIDIA H800 NVL"; H100 NVL profiles [REF].
     'H800-NVL': _same_table(H100_NVL, 'NVIDIA H800 NVL', (0x233A10DE,)),
     'H20': H20,
@@ -434,7 +500,28 @@ _TABLES = {
     'B300': B300,
     'GB300': GB300,
     'RTX-PRO-6000-SERVER': RTX_PRO_6000_SERVER,
+    # Workstation boards: 0x2BB1 and 0x2BB4 with these NVML names and 97887 MiB appear in public nvidia-smi logs
+    # [SMI]; their MIG profiles as the Server Edition's ([UG] has one RTX PRO 6000 Blackwell table): GUESS.
+    'RTX-PRO-6000-WORKSTATION': _same_table(RTX_PRO_6000_SERVER, 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition', (0x2BB110DE,)),
+    'RTX-PRO-6000-MAX-Q': _same_table(RTX_PRO_6000_SERVER, 'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition',
+                                      (0x2BB410DE,)),
+    'RTX-PRO-5000': RTX_PRO_5000,
     'L40S': L40S,
+}
+
+# PCI subsystem ids (nvmlPciInfo_t.pciSubSystemId: the board's subsystem device id above NVIDIA's vendor id 0x10DE),
+# what mig-parted device filters such as "0x233010DE:0x16C110DE" compare. Every figure: GUESS, shaped like real
+# ones; a GPU's state may name its own (``pci_subsystem_id``). The first is what a GPU reports by default.
+SUBSYSTEM_IDS = {
+    'A100-SXM4-40GB': 0x134F10DE, 'A100-PCIE-40GB': 0x145F10DE, 'A800-40GB-ACTIVE': 0x17A810DE,
+    'A100-SXM4-80GB': 0x147F10DE, 'A100-PCIE-80GB': 0x153310DE, 'A800-SXM4-80GB': 0x160B10DE, 'A800-80GB-PCIE': 0x163F10DE,
+    'A30': 0x153210DE, 'PG506-96GB': 0x14FE10DE,
+    'H100-SXM5-80GB': 0x16C110DE, 'H100-PCIE-80GB': 0x162610DE, 'H800-SXM5-80GB': 0x17A610DE, 'H800-PCIE-80GB': 0x17A410DE,
+    'H100-NVL': 0x180810DE, 'H800-NVL': 0x18A210DE, 'H100-SXM5-94GB': 0x180E10DE, 'H100-96GB': 0x187610DE,
+    'H20': 0x18B610DE, 'H200': 0x18BE10DE, 'H200-NVL': 0x19A010DE, 'GH200-96GB': 0x16CB10DE, 'GH200-144GB': 0x193510DE,
+    'B200': 0x199910DE, 'GB200': 0x19C610DE, 'B300': 0x1A5010DE, 'GB300': 0x1A6A10DE,
+    'RTX-PRO-6000-SERVER': 0x204E10DE, 'RTX-PRO-6000-WORKSTATION': 0x204B10DE, 'RTX-PRO-6000-MAX-Q': 0x204C10DE,
+    'RTX-PRO-5000': 0x204D10DE, 'L40S': 0x185110DE,
 }
 
 _GI_COLUMNS = ('enum', 'id', 'name', 'compute_slices', 'memory_slices', 'memory_mib', 'multiprocessors', 'max_count', 'starts')
@@ -469,12 +556,49 @@ def _build(key, table):
     model['pci_device_ids'] = tuple(table['pci_device_ids'])
     model['pci_device_id'] = model['pci_device_ids'][0]      # what a GPU reports unless its state says otherwise
     model['mig_capable'] = bool(table['gpu_instance_profiles'])
+    model['pci_subsystem_id'] = SUBSYSTEM_IDS.get(key, 0)
     model.setdefault('ci_7_slice_nvl_since_driver', None)
+    model['driver_variants'] = tuple(table.get('driver_variants', ()))
     model['profiles'] = [_build_profile(table, row) for row in table['gpu_instance_profiles']]
     return model
 
 
 MODELS = dict((key, _build(key, table)) for key, table in _TABLES.items())
+
+
+_BY_DRIVER = {}
+
+
+def driver_branch(driver_version):
+    """580 for '580.95.05'; 0 when the version does not start with a number."""
+    head = str(driver_version).split('.', 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def for_driver(name, driver_version):
+    """The model as a driver of ``driver_version`` reports it: names and memory change with the driver branch
+    (``driver_variants``: (first branch, last branch, {profile name: (name then, memorySizeMB then or None)}))."""
+    model = get_model(name)
+    branch = driver_branch(driver_version)
+    changes = {}
+    for first, last, renamed in model['driver_variants']:
+        if first <= branch <= last:
+            changes.update(renamed)
+    if not changes:
+        return model
+    key = (name, tuple(sorted(changes.items())))
+    if key not in _BY_DRIVER:
+        variant = dict(model)
+        variant['profiles'] = []
+        for profile in model['profiles']:
+            profile = dict(profile)
+            if profile['name'] in changes:
+                new_name, memory = changes[profile['name']]
+                profile['name'] = new_name
+                profile['memory_mib'] = memory or profile['memory_mib']
+            variant['profiles'].append(profile)
+        _BY_DRIVER[key] = variant
+    return _BY_DRIVER[key]
 
 
 def get_model(name):
@@ -584,4 +708,25 @@ def model_problems(key):
         whole = [p for p in model['profiles'] if p['memory_slices'] == model['memory_slices'] and not p['suffix']]
         if len(whole) != 1:
             problems.append('%s: needs exactly one plain profile spanning the whole GPU' % key)
+    problems.extend(_variant_problems(model))
+    return problems
+
+
+def _variant_problems(model):
+    """A driver variant renames a profile within its shape (same slices and suffix) and keeps one size per shape."""
+    problems = []
+    by_name = dict((p['name'], p) for p in model['profiles'])
+    for first, last, renamed in model['driver_variants']:
+        for name, (new_name, dummy) in sorted(renamed.items()):
+            parsed, then = PROFILE_NAME.match(name), PROFILE_NAME.match(new_name)
+            if name not in by_name or not then or then.group('g') != parsed.group('g') or \
+                    (then.group('suffix') or '') != (parsed.group('suffix') or ''):
+                problems.append('%s: driver variant %s -> %s (R%d-R%d) is not a rename within one shape' % (
+                    model['key'], name, new_name, first, last))
+        variant = for_driver(model['key'], '%d.0' % first)
+        sizes = {}
+        for profile in variant['profiles']:
+            sizes.setdefault((profile['compute_slices'], profile['memory_slices']), set()).add(profile['memory_mib'])
+        if any(len(found) != 1 for found in sizes.values()):
+            problems.append('%s: driver variant R%d-R%d leaves profiles of one shape with different memory' % (model['key'], first, last))
     return problems

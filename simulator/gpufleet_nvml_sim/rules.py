@@ -27,6 +27,7 @@ from gpufleet_nvml_sim.models import (
     CI_ENUM_BY_SLICES,
     GI_PROFILE_COUNT,
     compute_instance_name,
+    driver_branch,
 )
 
 # ---- GPU instance profiles ---------------------------------------------------------------------
@@ -59,19 +60,19 @@ def profile_by_enum(model, enum):
 
 
 # ---- GPU instance ids ---------------------------------------------------------------------------
-# The driver numbers GPU instances by the memory-slice slot they occupy, in a binary tree over the
-# memory slices: 0 is the whole GPU, 1-2 its halves, 3-6 its quarters, 7-14 its eighths; a GPU
-# instance of size s (memory slices) at start p on a GPU of S slices takes
-# id = (2**level - 1) + p // s with level = log2(S // s). A100: 7g 0, 3g/4g 1-2, 2g and the
-# double-memory 1g 3-6, 1g 7-13; A30 (4 slices): 4g 0, 2g 1-2, 1g 3-6. High confidence for the
-# sizes seen in transcripts (1g, 2g, 3g, 4g, 7g on A100/H100 and A30's first 1g); early (R450-era)
-# drivers numbered the upper half of the GPU first, which nothing here models.
+# Only the id range of a size holds on real drivers, not the id of a placement: the same placements
+# gave ids 9/10/3/2 on one GPU and 13/14/5/1 on the next (DCGM issue 138). The ranges follow a binary
+# tree over the memory slices: 0 is the whole GPU, 1-2 its halves, 3-6 its quarters, 7-14 its eighths
+# (A100: 7g 0, 3g/4g 1-2, 2g and the double-memory 1g 3-6, 1g 7-14; A30: 4g 0, 2g 1-2, 1g 3-6). Which
+# id of its range a new GPU instance gets is not documented; the simulator rotates through the free
+# ones from a per-GPU seed (``gi_id_seed`` in the state, else derived from the GPU's uuid), so that
+# no caller can come to rely on an id. gpufleet.mig never does: it reads ids back from NVML.
 
 
-def slot_id(model, profile, start):
-    """The GPU instance id of ``profile`` placed at ``start`` (see above)."""
+def id_range(model, profile):
+    """The ids a GPU instance of ``profile`` can get (see above)."""
     level = (model['memory_slices'] // profile['memory_slices']).bit_length() - 1
-    return (1 << level) - 1 + start // profile['memory_slices']
+    return list(range((1 << level) - 1, (1 << (level + 1)) - 1))
 
 
 def slot_count(model):
@@ -79,13 +80,13 @@ def slot_count(model):
     return 2 * model['memory_slices'] - 1
 
 
-def new_gpu_instance_id(model, instances, profile, start):
-    """The id a new GPU instance gets: its slot id, unless a state file written with an older numbering
-    already gave that id to another instance; then the first free id past the tree's."""
+def new_gpu_instance_id(model, instances, profile, turn):
+    """The id a new GPU instance gets: a free id of its size's range, the ``turn``-th in rotation; past
+    the tree's ids when a state file written with another numbering holds them all."""
     taken = set(gi['id'] for gi in instances if 'id' in gi)
-    candidate = slot_id(model, profile, start)
-    if candidate not in taken:
-        return candidate
+    free = [candidate for candidate in id_range(model, profile) if candidate not in taken]
+    if free:
+        return free[turn % len(free)]
     return lowest_free(slot_count(model), taken)
 
 
@@ -165,31 +166,37 @@ def gi_remaining(model, instances, profile):
 # ---- compute instances --------------------------------------------------------------------------
 
 
-def driver_branch(driver_version):
-    """580 for '580.95.05'; 0 when the version does not start with a number."""
-    head = str(driver_version).split('.', maxsplit=1)[0]
-    return int(head) if head.isdigit() else 0
+def ci_variant_id(model, gi_profile, ci_slices, driver_version):
+    """The second profile id a full-size CI is offered under, or None (see CI_ENUM_* in models.py).
 
-
-def ci_profile_id(model, gi_profile, ci_slices, driver_version):
-    """The NVML compute instance profile id (== its enum) of a CI of ``ci_slices`` in a GI of ``gi_profile``.
-
-    The full-size CI of a double-memory 1g GI is 1_SLICE_REV1 (7) on Hopper and later ("MIG 1g.20gb
-    (ID 7)"); that of an A100 7g GI is 7_SLICE_NVL (8) from the driver branch the model names (the
-    reference says "recent drivers"). Every other CI: the enum of its slice count.
+    A double-memory 1g GI on Hopper and later also offers 1_SLICE_REV1 (7); an A100 7g GI also offers
+    7_SLICE_NVL (8) from the driver branch the model names (the reference says "recent drivers").
     """
-    if ci_slices == gi_profile['compute_slices']:
-        if gi_profile['double_memory'] and model['architecture'] >= ARCH_HOPPER:
-            return CI_ENUM_1_SLICE_REV1
-        since = model['ci_7_slice_nvl_since_driver']
-        if ci_slices == 7 and since is not None and driver_branch(driver_version) >= since:
-            return CI_ENUM_7_SLICE_NVL
+    if ci_slices != gi_profile['compute_slices']:
+        return None
+    if gi_profile['double_memory'] and model['architecture'] >= ARCH_HOPPER:
+        return CI_ENUM_1_SLICE_REV1
+    since = model['ci_7_slice_nvl_since_driver']
+    if ci_slices == 7 and since is not None and driver_branch(driver_version) >= since:
+        return CI_ENUM_7_SLICE_NVL
+    return None
+
+
+def ci_profile_id(ci_slices):
+    """The plain NVML compute instance profile id (== its enum) of a CI of ``ci_slices``."""
     return CI_ENUM_BY_SLICES[ci_slices]
 
 
 def ci_profiles(model, gi_profile, driver_version):
-    """{CI profile id: CI compute slices} a GI of ``gi_profile`` offers."""
-    return dict((ci_profile_id(model, gi_profile, slices, driver_version), slices) for slices in gi_profile['compute_placements'])
+    """{CI profile id: CI compute slices} a GI of ``gi_profile`` offers: the plain id of every size, and the
+    variant id of the full-size CI where drivers offer one."""
+    offered = {}
+    for slices in gi_profile['compute_placements']:
+        offered[ci_profile_id(slices)] = slices
+        variant = ci_variant_id(model, gi_profile, slices, driver_version)
+        if variant is not None:
+            offered[variant] = slices
+    return offered
 
 
 def ci_slices_by_id(model, gi_profile, profile_id, driver_version):
@@ -253,8 +260,9 @@ def gpu_pids(gpu):
 
 
 def holders(gpu):
-    """What keeps a GPU from being reset: (its processes, its clients such as nvidia-persistenced)."""
-    return gpu_pids(gpu), list(gpu['clients'])
+    """What keeps a GPU from being reset: (its processes, its clients such as nvidia-persistenced, and those that
+    hold its MIG devices such as DCGM)."""
+    return gpu_pids(gpu), list(gpu['clients']) + [c for c in gpu.get('mig_clients', []) if c not in gpu['clients']]
 
 
 def mig_devices(gpu):

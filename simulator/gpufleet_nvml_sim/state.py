@@ -27,7 +27,7 @@ import tempfile
 from gpufleet_nvml_sim import rules
 from gpufleet_nvml_sim.abi import MAX_INSTANCE_ID
 from gpufleet_nvml_sim.errors import ERRORS, SimulatorError, error_name
-from gpufleet_nvml_sim.models import UnknownModel, compute_instance_name, get_model
+from gpufleet_nvml_sim.models import UnknownModel, compute_instance_name, for_driver, get_model
 
 DEFAULT_DRIVER_VERSION = '580.95.05'
 _PCI_BUS_ID = re.compile(r'^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$')
@@ -197,7 +197,7 @@ def validate_state(path, state):
     if not isinstance(state.get('nvml_version', ''), str):
         raise SimulatorError('%s: nvml_version must be a string' % where)
     for index, gpu in enumerate(state['gpus']):
-        _validate_gpu('%s: gpus[%d]' % (where, index), index, gpu)
+        _validate_gpu('%s: gpus[%d]' % (where, index), index, gpu, state['driver_version'])
     faults = state.setdefault('faults', [])
     if not isinstance(faults, list):
         raise SimulatorError('%s: faults must be a list' % where)
@@ -222,13 +222,34 @@ def _validate_identity(where, index, gpu, model):
             raise SimulatorError('%s: pci_device_id %r is not one of the %s ids %s' % (
                 where, gpu['pci_device_id'], gpu['model'], ', '.join('0x%08X' % i for i in model['pci_device_ids'])))
         gpu['pci_device_id'] = value
+    if 'pci_subsystem_id' in gpu:
+        value = gpu['pci_subsystem_id']
+        try:
+            value = int(value, 16) if isinstance(value, str) else value
+        except ValueError:
+            value = None
+        if not _is_int(value) or not 0 <= value <= 0xFFFFFFFF:
+            raise SimulatorError('%s: pci_subsystem_id %r must be a 32-bit id such as "0x147F10DE"' % (where, gpu['pci_subsystem_id']))
+        gpu['pci_subsystem_id'] = value
+    # Which id of its range a new GPU instance gets rotates from this seed (rules.new_gpu_instance_id).
+    gpu.setdefault('gi_id_seed', int(derived_uuid('gi-id-seed', gpu['uuid'])[:4], 16))
+    gpu.setdefault('gi_created', 0)
+    if not _is_int(gpu['gi_id_seed']) or not _is_int(gpu['gi_created']) or gpu['gi_created'] < 0:
+        raise SimulatorError('%s: gi_id_seed and gi_created must be integers' % where)
 
 
-def _validate_gpu(where, index, gpu):
+def next_gpu_instance_id(model, gpu, profile):
+    """The id the driver gives the next GPU instance of ``profile`` on ``gpu`` (counts the creation)."""
+    gi_id = rules.new_gpu_instance_id(model, gpu['gpu_instances'], profile, gpu['gi_id_seed'] + gpu['gi_created'])
+    gpu['gi_created'] += 1
+    return gi_id
+
+
+def _validate_gpu(where, index, gpu, driver_version):
     if not isinstance(gpu, dict):
         raise SimulatorError('%s: must be an object' % where)
     try:
-        model = get_model(gpu.get('model'))
+        model = for_driver(gpu.get('model'), driver_version)
     except UnknownModel as exc:
         raise SimulatorError('%s: %s' % (where, exc.args[0]))
     _validate_identity(where, index, gpu, model)
@@ -244,6 +265,8 @@ def _validate_gpu(where, index, gpu):
         raise SimulatorError('%s: %s is not MIG-capable' % (where, gpu['model']))
     check_pids(where, gpu.setdefault('pids', []))
     check_clients(where, gpu.setdefault('clients', []))
+    # GPU clients that hold MIG devices open (DCGM, dcgm-exporter): no process, yet destroys fail with IN_USE.
+    check_clients(where, gpu.setdefault('mig_clients', []))
     instances = gpu.setdefault('gpu_instances', [])
     if not isinstance(instances, list) or not all(isinstance(gi, dict) for gi in instances):
         raise SimulatorError('%s: gpu_instances must be a list of objects' % where)
@@ -267,11 +290,11 @@ def _validate_gpu(where, index, gpu):
             raise SimulatorError('%s: %s' % (gi_where, problem[1]))
         placed.append(gi)
         if 'id' not in gi:     # ids a file carries are kept, whatever numbering wrote them
-            gi['id'] = rules.new_gpu_instance_id(model, instances, profile, gi['start'])
-        _validate_compute_instances(gi_where, profile, gi)
+            gi['id'] = next_gpu_instance_id(model, gpu, profile)
+        _validate_compute_instances(gi_where, model, profile, gi, driver_version)
 
 
-def _validate_compute_instances(where, gi_profile, gi):
+def _validate_compute_instances(where, model, gi_profile, gi, driver_version):
     cis = gi.setdefault('compute_instances', [])
     if not isinstance(cis, list) or not all(isinstance(ci, dict) for ci in cis):
         raise SimulatorError('%s: compute_instances must be a list of objects' % where)
@@ -293,6 +316,11 @@ def _validate_compute_instances(where, gi_profile, gi):
         if problem:
             raise SimulatorError('%s: %s' % (ci_where, problem[1]))
         placed.append(ci)
+        # The profile id it was created with: the plain one unless the file names the variant (CI_ENUM_* in models.py).
+        ci.setdefault('profile_id', rules.ci_profile_id(slices))
+        if rules.ci_profiles(model, gi_profile, driver_version).get(ci['profile_id']) != slices:
+            raise SimulatorError('%s: compute instance profile id %r is not one of %s in %s' % (
+                ci_where, ci['profile_id'], ci['profile'], gi_profile['name']))
         check_pids(ci_where, ci.setdefault('pids', []))
         if 'id' not in ci:
             ci['id'] = rules.lowest_free(0, set(c['id'] for c in cis if 'id' in c))

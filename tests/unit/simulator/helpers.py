@@ -80,9 +80,14 @@ def ci_placements(gi, profile_id):
     return [(array[i].start, array[i].size) for i in range(count.value)]
 
 
-def create_gi(handle, profile_id, start):
+def create_gi(handle, profile_id, start, size=None):
+    """A GPU instance at ``start``; the placement's size is the profile's (from its possible placements) unless given."""
     placement = pynvml.c_nvmlGpuInstancePlacement_t()
     placement.start = start
+    if size is None:
+        sizes = set(s for dummy, s in gi_placements(handle, profile_id))
+        size = sizes.pop() if len(sizes) == 1 else 0
+    placement.size = size
     return pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, ctypes.byref(placement))
 
 

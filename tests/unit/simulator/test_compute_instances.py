@@ -29,14 +29,16 @@ E = pynvml
 SLICE_ENUMS = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
 
 
-def expected_ci_profile_id(model, gi_row, slices):
-    """Written out from the reference: Hopper's double-memory 1g and A100's 7g (R580 here) have their own full-size ids."""
+def expected_ci_profile_ids(model, gi_row, slices):
+    """Written out from the reference: every size has its plain id; Hopper's double-memory 1g and A100's 7g (R580
+    here) offer their full-size CI under a second id too (the pairs real drivers offer)."""
+    ids = [SLICE_ENUMS[slices]]
     if slices == gi_row['compute_slices']:
         if gi_row['double_memory'] and MODELS[model]['architecture'] >= ARCH_HOPPER:
-            return pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1
+            ids.append(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1)
         if slices == 7 and MODELS[model]['architecture'] < ARCH_HOPPER:
-            return pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL
-    return SLICE_ENUMS[slices]
+            ids.append(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL)
+    return ids
 
 
 @pytest.mark.parametrize('model', DISTINCT_TABLES)
@@ -47,9 +49,9 @@ def test_compute_instance_profiles_per_gpu_instance_size(sim, model):
         gi = create_gi(handle, row['id'], row['starts'][0])
         expected = {}
         for slices, starts in COMPUTE_PLACEMENTS[row['compute_slices']].items():
-            ci_id = expected_ci_profile_id(model, row, slices)
             name = row['name'] if slices == row['compute_slices'] else '%dc.%s' % (slices, row['name'])
-            expected[ci_id] = (ci_id, slices, len(starts), 'MIG %s' % name)
+            for ci_id in expected_ci_profile_ids(model, row, slices):
+                expected[ci_id] = (ci_id, slices, len(starts), 'MIG %s' % name)
         found = ci_profile_infos(gi)
         assert found == expected, row['name']
         for ci_id, (dummy, slices, dummy, dummy) in found.items():
@@ -61,31 +63,41 @@ def test_compute_instance_profiles_per_gpu_instance_size(sim, model):
         pynvml.nvmlGpuInstanceDestroy(gi)
 
 
-def test_double_memory_1g_uses_the_rev1_compute_profile_on_hopper(sim):
+def test_double_memory_1g_offers_1_slice_and_1_slice_rev1_on_hopper(sim):
     sim([{'model': 'H100-SXM5-80GB', 'mig': ENABLED}, {'model': 'A100-SXM4-80GB', 'mig': ENABLED}])
     hopper, ampere = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
     gi = create_gi(hopper, 15, 0)                               # 1g.20gb
-    assert ci_profile_infos(gi) == {7: (7, 1, 1, 'MIG 1g.20gb')}
-    for call, args in ((create_ci, (0, 0)), (pynvml.nvmlGpuInstanceCreateComputeInstance, (0,)), (ci_placements, (0,)),
-                       (pynvml.nvmlGpuInstanceGetComputeInstanceRemainingCapacity, (0,))):
-        assert error_of(call, gi, *args) == E.NVML_ERROR_NOT_SUPPORTED, call
+    assert ci_profile_infos(gi) == {0: (0, 1, 1, 'MIG 1g.20gb'), 7: (7, 1, 1, 'MIG 1g.20gb')}
+    assert ci_placements(gi, 0) == ci_placements(gi, 7) == [(0, 1)]
     ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 7)
     assert pynvml.nvmlComputeInstanceGetInfo(ci).profileId == 7
-    assert ci_profile_infos(create_gi(ampere, 15, 0)) == {0: (0, 1, 1, 'MIG 1g.20gb')}     # Ampere keeps 1_SLICE
+    # one compute slice: the pair shares it, and each id lists the instances created with it
+    assert [pynvml.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, i) for i in (0, 7)] == [0, 0]
+    assert error_of(create_ci, gi, 0, 0) == E.NVML_ERROR_INSUFFICIENT_RESOURCES
+    count = ctypes.c_uint(0)
+    array = (pynvml.c_nvmlComputeInstance_t * 1)()
+    pynvml.nvmlGpuInstanceGetComputeInstances(gi, 0, array, ctypes.byref(count))
+    assert count.value == 0
+    pynvml.nvmlGpuInstanceGetComputeInstances(gi, 7, array, ctypes.byref(count))
+    assert count.value == 1
+    assert ci_profile_infos(create_gi(ampere, 15, 0)) == {0: (0, 1, 1, 'MIG 1g.20gb')}     # Ampere: 1_SLICE only
 
 
-@pytest.mark.parametrize('driver, full, other', [('580.95.05', 8, 4), ('535.183.01', 4, 8)])
-def test_a100_7g_full_size_compute_profile_depends_on_the_driver(sim, driver, full, other):
+@pytest.mark.parametrize('driver, full', [('580.95.05', (4, 8)), ('535.183.01', (4,))])
+def test_a100_7g_offers_7_slice_and_7_slice_nvl_on_recent_drivers(sim, driver, full):
     sim([{'model': 'A100-SXM4-40GB', 'mig': ENABLED, 'gpu_instances': [{'profile': '7g.40gb', 'start': 0}]}], driver_version=driver)
-    gi = pynvml.nvmlDeviceGetGpuInstanceById(pynvml.nvmlDeviceGetHandleByIndex(0), 0)
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, 0)        # the whole GPU's id range is {0}
     infos = ci_profile_infos(gi)
-    assert infos[full] == (full, 7, 1, 'MIG 7g.40gb') and other not in infos and infos[0] == (0, 1, 7, 'MIG 1c.7g.40gb')
-    assert error_of(create_ci, gi, other, 0) == E.NVML_ERROR_NOT_SUPPORTED
-    ci = create_ci(gi, full, 0)
-    assert pynvml.nvmlComputeInstanceGetInfo(ci).profileId == full
+    assert [i for i in infos if infos[i][1] == 7] == list(full) and infos[0] == (0, 1, 7, 'MIG 1c.7g.40gb')
+    assert all(infos[i] == (i, 7, 1, 'MIG 7g.40gb') for i in full)
+    if 8 not in full:
+        assert error_of(create_ci, gi, 8, 0) == E.NVML_ERROR_NOT_SUPPORTED
+    ci = create_ci(gi, full[-1], 0)
+    assert pynvml.nvmlComputeInstanceGetInfo(ci).profileId == full[-1]
     array = (pynvml.c_nvmlComputeInstance_t * 1)()
     count = ctypes.c_uint(0)
-    pynvml.nvmlGpuInstanceGetComputeInstances(gi, full, array, ctypes.byref(count))
+    pynvml.nvmlGpuInstanceGetComputeInstances(gi, full[-1], array, ctypes.byref(count))
     assert count.value == 1
 
 
@@ -115,7 +127,7 @@ def test_compute_instance_placement_rules(sim):
 
 def test_destroy_order_and_stale_handles(sim):
     path = sim([{'model': 'A30', 'mig': ENABLED, 'gpu_instances': [
-        {'profile': '2g.12gb', 'start': 2, 'compute_instances': [{'profile': '1c.2g.12gb', 'start': 1, 'pids': [77]}]}]}])
+        {'id': 2, 'profile': '2g.12gb', 'start': 2, 'compute_instances': [{'profile': '1c.2g.12gb', 'start': 1, 'pids': [77]}]}]}])
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, 2)
     ci = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, 0)
@@ -135,9 +147,9 @@ def test_destroy_order_and_stale_handles(sim):
 
 def test_mig_devices_and_their_processes(sim):
     sim([{'model': 'A100-SXM4-80GB', 'mig': ENABLED, 'pids': [5], 'gpu_instances': [
-        {'profile': '3g.40gb', 'start': 4, 'compute_instances': [
+        {'id': 2, 'profile': '3g.40gb', 'start': 4, 'compute_instances': [
             {'profile': '1c.3g.40gb', 'start': 2, 'pids': [4242]}, {'profile': '2c.3g.40gb', 'start': 0, 'pids': [4243, 4244]}]},
-        {'profile': '1g.10gb+me', 'start': 0, 'compute_instances': [{'profile': '1g.10gb+me', 'start': 0}]}],
+        {'id': 7, 'profile': '1g.10gb+me', 'start': 0, 'compute_instances': [{'profile': '1g.10gb+me', 'start': 0}]}],
         'clients': ['nvidia-persistenced']}])
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert pynvml.nvmlDeviceGetMaxMigDeviceCount(handle) == 7
@@ -145,7 +157,7 @@ def test_mig_devices_and_their_processes(sim):
     devices = [pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i) for i in range(3)]
     assert error_of(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, 3) == E.NVML_ERROR_NOT_FOUND
     ids = [(pynvml.nvmlDeviceGetGpuInstanceId(d), pynvml.nvmlDeviceGetComputeInstanceId(d)) for d in devices]
-    assert ids == [(7, 0), (2, 1), (2, 0)]       # by GI placement, then CI placement; GI ids are slots
+    assert ids == [(7, 0), (2, 1), (2, 0)]       # by GI placement, then CI placement; GI ids as the state file gives them
     assert all(pynvml.nvmlDeviceIsMigDeviceHandle(d).value == 1 for d in devices)
     assert address(pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(devices[1])) == address(handle)
     assert [(p.pid, p.gpuInstanceId, p.computeInstanceId) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(devices[1])] == [
@@ -186,6 +198,7 @@ def test_l40s_is_not_mig_capable(sim):
                        (pynvml.nvmlDeviceGetGpuInstanceProfileInfo, (0,)),
                        (pynvml.nvmlDeviceGetGpuInstancePossiblePlacements, (19, None, count)),
                        (pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity, (19,)), (create_gi, (19, 0)),
-                       (pynvml.nvmlDeviceGetMaxMigDeviceCount, ()), (pynvml.nvmlDeviceGetMigDeviceHandleByIndex, (0,))):
+                       (pynvml.nvmlDeviceGetMigDeviceHandleByIndex, (0,))):
         assert error_of(call, handle, *args) == E.NVML_ERROR_NOT_SUPPORTED, call
+    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(handle) == 0        # SUCCESS with 0 where MIG is unsupported
     assert [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)] == [900]

@@ -30,11 +30,11 @@ from ansible_collections.gpufleet.mig.tests.unit.simulator.helpers import (
 E = pynvml
 
 
-def expected_slot_id(model, profile, start):
-    """The binary-tree numbering written out per level: whole GPU, halves, quarters, eighths."""
-    first_of_level = {MODELS[model]['memory_slices']: 0, MODELS[model]['memory_slices'] // 2: 1,
-                      MODELS[model]['memory_slices'] // 4: 3, MODELS[model]['memory_slices'] // 8: 7}
-    return first_of_level[profile['memory_slices']] + start // profile['memory_slices']
+def expected_id_range(model, profile):
+    """The id range of a size, written out per level: whole GPU 0, halves 1-2, quarters 3-6, eighths 7-14."""
+    slices = MODELS[model]['memory_slices']
+    ranges = {slices: range(0, 1), slices // 2: range(1, 3), slices // 4: range(3, 7), slices // 8: range(7, 15)}
+    return ranges[profile['memory_slices']]
 
 
 # ---- MIG mode hides the profiles ---------------------------------------------------------------------
@@ -56,7 +56,7 @@ def test_mig_disabled_hides_the_profiles_but_not_their_placements(sim, model, mi
         assert gi_placements(handle, row['id']) == [(s, row['memory_slices']) for s in row['starts']]
     assert error_of(pynvml.nvmlDeviceGetGpuInstanceById, handle, 0) == E.NVML_ERROR_NOT_SUPPORTED
     assert error_of(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, 0) == E.NVML_ERROR_NOT_SUPPORTED
-    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(handle) == max(p['max_count'] for p in MODELS[model]['profiles'])
+    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(handle) == 0        # SUCCESS with 0 while MIG is off
     assert set(e['result'] for e in sim_api.read_call_log(path)) == {'NVML_ERROR_NOT_SUPPORTED'}   # the refused creates
 
 
@@ -109,7 +109,7 @@ def test_placement_arrays_follow_the_count_protocol(sim):
 # ---- filling, overlaps, ids ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('model', DISTINCT_TABLES)
-def test_every_profile_fills_up_to_its_max_count_with_slot_ids(sim, model):
+def test_every_profile_fills_up_to_its_max_count_with_ids_of_its_size_range(sim, model):
     sim([{'model': model, 'mig': ENABLED}])
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     for row in MODELS[model]['profiles']:
@@ -124,40 +124,48 @@ def test_every_profile_fills_up_to_its_max_count_with_slot_ids(sim, model):
             assert error_of(create_gi, handle, row['id'], start) == E.NVML_ERROR_INSUFFICIENT_RESOURCES, row['name']
         assert error_of(pynvml.nvmlDeviceCreateGpuInstance, handle, row['id']) == E.NVML_ERROR_INSUFFICIENT_RESOURCES
         assert len(gi_instances(handle, row['id'])) == row['max_count']
+        ids = [gi_info(gi)[0] for gi in created]
+        assert len(set(ids)) == len(ids)
         for gi in created:
             gi_id, profile_id, start, size = gi_info(gi)
             assert (profile_id, size) == (row['id'], row['memory_slices'])
-            assert gi_id == expected_slot_id(model, row, start), (row['name'], start)
+            assert gi_id in expected_id_range(model, row), (row['name'], start)
             pynvml.nvmlGpuInstanceDestroy(gi)
         assert gi_instances(handle, row['id']) == []
 
 
-def test_gpu_instance_ids_are_the_placement_slots(sim):
-    sim([{'model': 'A100-SXM4-80GB', 'mig': ENABLED}, {'model': 'A30', 'mig': ENABLED}])
-    a100, a30 = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
-    assert gi_info(create_gi(a100, 19, 6))[0] == 13                       # 1g at slice 6
-    assert [gi_info(create_gi(a100, 19, s))[0] for s in (0, 1, 2)] == [7, 8, 9]
-    assert [gi_info(create_gi(a100, 14, 4))[0]] == [5]                    # 2g ids 3..5
-    for gi in gi_instances(a100, 19) + gi_instances(a100, 14):
-        pynvml.nvmlGpuInstanceDestroy(gi)
-    assert [gi_info(create_gi(a100, 9, s))[0] for s in (4, 0)] == [2, 1]  # 3g ids 1..2, whatever the order
-    for gi in gi_instances(a100, 9):
-        pynvml.nvmlGpuInstanceDestroy(gi)
-    assert gi_info(create_gi(a100, 5, 0))[0] == 1                         # 4g: the first half
-    assert gi_info(create_gi(a100, 15, 6))[0] == 6                        # the double-memory 1g takes a quarter slot
-    assert gi_info(pynvml.nvmlDeviceCreateGpuInstance(a30, 14))[0] == 3  # A30: the first 1g
-    assert gi_info(create_gi(a30, 5, 2))[0] == 2 and gi_info(create_gi(a30, 14, 1))[0] == 4
+def test_gpu_instance_ids_keep_to_their_size_range_but_not_to_a_placement(sim):
+    # DCGM issue 138: the same placements gave ids 9/10/3/2 on one GPU and 13/14/5/1 on the next.
+    sim([{'model': 'A100-SXM4-80GB', 'mig': ENABLED, 'gi_id_seed': 0}, {'model': 'A100-SXM4-80GB', 'mig': ENABLED, 'gi_id_seed': 5}])
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in (0, 1)]
+    ids = []
+    for handle in handles:
+        ids.append([gi_info(create_gi(handle, profile_id, start))[0] for profile_id, start in ((19, 0), (19, 1), (14, 2), (9, 4))])
+    assert ids[0] != ids[1]
+    for found in ids:
+        assert found[0] in range(7, 15) and found[1] in range(7, 15) and found[2] in range(3, 7) and found[3] in range(1, 3)
+    # destroyed and created again at the same placement: another id of the range
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(handles[0], ids[0][0])
+    pynvml.nvmlGpuInstanceDestroy(gi)
+    again = gi_info(create_gi(handles[0], 19, 0))[0]
+    assert again in range(7, 15) and again != ids[0][0]
 
 
 def test_explicit_ids_of_old_state_files_are_kept_and_new_ids_avoid_them(sim, tmp_path):
+    # lowest-free era ids: 1g instances holding 3..6, the ids of the 2g range
     path = sim([{'model': 'A100-SXM4-80GB', 'mig': ENABLED, 'gpu_instances': [
-        {'id': 1, 'profile': '1g.10gb', 'start': 0}, {'id': 13, 'profile': '1g.10gb', 'start': 1},   # lowest-free era ids
-        {'profile': '1g.10gb', 'start': 2}]}])
+        {'id': 3 + s, 'profile': '1g.10gb', 'start': s} for s in range(4)] + [{'profile': '1g.10gb', 'start': 4}]}])
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    assert sorted(gi_info(gi)[:3] for gi in gi_instances(handle, 19)) == [(1, 19, 0), (9, 19, 2), (13, 19, 1)]
-    assert gi_info(create_gi(handle, 19, 6))[0] == 15           # slot 13 is taken: the first id past the tree
-    assert gi_info(create_gi(handle, 19, 5))[0] == 12
-    assert [g['id'] for g in sim_api.load_state(path)['gpus'][0]['gpu_instances']] == [1, 13, 9, 15, 12]
+    assert sorted(gi_info(gi)[:3] for gi in gi_instances(handle, 19))[:4] == [(3 + s, 19, s) for s in range(4)]
+    ids = [g['id'] for g in sim_api.load_state(path)['gpus'][0]['gpu_instances']]
+    assert ids[:4] == [3, 4, 5, 6] and ids[4] in range(7, 15)
+    one_g = gi_info(create_gi(handle, 19, 5))[0]
+    assert one_g in range(7, 15) and one_g != ids[4]
+    pynvml.nvmlGpuInstanceDestroy(pynvml.nvmlDeviceGetGpuInstanceById(handle, one_g))
+    for gi in gi_instances(handle, 19):
+        if gi_info(gi)[2] == 4:
+            pynvml.nvmlGpuInstanceDestroy(gi)
+    assert gi_info(create_gi(handle, 14, 4))[0] == 15         # every 2g id is taken: the first id past the tree
 
 
 def test_large_ids_work_everywhere(sim):
@@ -198,7 +206,8 @@ def test_driver_chosen_placements(sim):
     sim([{'model': 'A100-SXM4-80GB', 'mig': ENABLED}, {'model': 'H100-SXM5-80GB', 'mig': ENABLED}])
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     created = [gi_info(pynvml.nvmlDeviceCreateGpuInstance(handle, 19)) for dummy in range(7)]
-    assert [(gi_id, start) for gi_id, dummy, start, dummy in created] == [(13, 6), (11, 4), (12, 5), (7, 0), (8, 1), (9, 2), (10, 3)]
+    assert [start for dummy, dummy, start, dummy in created] == [6, 4, 5, 0, 1, 2, 3]
+    assert sorted(gi_id for gi_id, dummy, dummy, dummy in created) == sorted(set(gi_id for gi_id, dummy, dummy, dummy in created))
     other = pynvml.nvmlDeviceGetHandleByIndex(1)
     assert gi_info(pynvml.nvmlDeviceCreateGpuInstance(other, 14))[2] == 4
     assert gi_info(pynvml.nvmlDeviceCreateGpuInstance(other, 9))[2] == 0
@@ -251,7 +260,7 @@ def test_media_extended_and_graphics_instances_beside_plain_ones(sim):
     create_gi(handle, rtx('1g.24gb+gfx'), 1)
     create_gi(handle, rtx('1g.24gb'), 2)
     create_gi(handle, rtx('1g.24gb-me'), 3)
-    assert [gi_info(gi)[0] for gi in gi_instances(handle, rtx('1g.24gb+gfx'))] == [4]
+    assert [gi_info(gi)[2] for gi in gi_instances(handle, rtx('1g.24gb+gfx'))] == [1]
     assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(handle, rtx('1g.24gb+me.all')) == 0
     for gi in [g for name in ('1g.24gb+me', '1g.24gb+gfx', '1g.24gb', '1g.24gb-me') for g in gi_instances(handle, rtx(name))]:
         pynvml.nvmlGpuInstanceDestroy(gi)

@@ -114,8 +114,10 @@ def test_hopper_and_later_switch_at_once_when_idle_and_lose_the_mode_on_reboot(s
     assert pynvml.nvmlDeviceGetMigMode(handle) == [1, 1]
     whole = [p for p in MODELS[model]['profiles'] if p['memory_slices'] == MODELS[model]['memory_slices']][0]
     create_gi(handle, whole['id'], 0)
-    assert error_of(pynvml.nvmlDeviceSetMigMode, handle, DISABLE) == E.NVML_ERROR_IN_USE   # GPU instances present
-    assert pynvml.nvmlDeviceGetMigMode(handle) == [1, 1]
+    # GPU instances present: the call succeeds, the activation status says IN_USE and the change stays pending (nvml.h)
+    assert pynvml.nvmlDeviceSetMigMode(handle, DISABLE) == pynvml.NVML_ERROR_IN_USE
+    assert pynvml.nvmlDeviceGetMigMode(handle) == [1, 0]
+    assert len(gi_instances(handle, whole['id'])) == 1
     sim_api.simulate_reboot(path)
     reinit()
     assert pynvml.nvmlDeviceGetMigMode(handle) == [0, 0]
@@ -135,15 +137,19 @@ def test_hopper_held_gpu_keeps_the_change_pending_too(sim, holder):
     assert pynvml.nvmlDeviceGetMigMode(handle) == [0, 0]
 
 
-def test_disabling_with_gpu_instances_fails_and_changes_nothing(sim):
+def test_disabling_with_gpu_instances_reports_through_the_activation_status(sim):
+    # nvml.h: activationStatus returns the error of an unsuccessful activation (IN_USE when the device is not idle);
+    # the call itself succeeds and the instances stay.
     path = sim([{'model': 'A30', 'mig': ENABLED, 'gpu_instances': [{'profile': '4g.24gb', 'start': 0}]}])
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    assert error_of(pynvml.nvmlDeviceSetMigMode, handle, DISABLE) == E.NVML_ERROR_IN_USE
-    assert pynvml.nvmlDeviceGetMigMode(handle) == [1, 1]
-    assert pynvml.nvmlDeviceSetMigMode(handle, ENABLE) == pynvml.NVML_SUCCESS          # asking for the mode it has: a no-op
+    assert pynvml.nvmlDeviceSetMigMode(handle, DISABLE) == pynvml.NVML_ERROR_IN_USE
+    assert pynvml.nvmlDeviceGetMigMode(handle) == [1, 0]
+    assert len(gi_instances(handle, 0)) == 1
+    assert pynvml.nvmlDeviceSetMigMode(handle, ENABLE) == pynvml.NVML_SUCCESS          # back to the mode it has: a no-op
     assert error_of(pynvml.nvmlDeviceSetMigMode, handle, 2) == E.NVML_ERROR_INVALID_ARGUMENT
-    assert [(e['args'], e['result']) for e in sim_api.read_call_log(path)] == [
-        ({'mode': 0}, 'NVML_ERROR_IN_USE'), ({'mode': 1}, 'NVML_SUCCESS'), ({'mode': 2}, 'NVML_ERROR_INVALID_ARGUMENT')]
+    assert [(e['args'], e['result'], e.get('activation_status')) for e in sim_api.read_call_log(path)] == [
+        ({'mode': 0}, 'NVML_SUCCESS', 'NVML_ERROR_IN_USE'), ({'mode': 1}, 'NVML_SUCCESS', 'NVML_SUCCESS'),
+        ({'mode': 2}, 'NVML_ERROR_INVALID_ARGUMENT', None)]
     assert sim_api.load_state(path)['gpus'][0]['mig'] == ENABLED
 
 

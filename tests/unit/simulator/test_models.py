@@ -104,7 +104,8 @@ def test_tables_carry_the_reference_corrections(model, name, memory_mib, sms):
 
 def test_engine_corrections():
     assert [profile_row('B200', n)['copy_engines'] for n in ('1g.23gb', '2g.45gb')] == [2, 4]
-    assert profile_row('A30', '1g.6gb')['decoders'] == 1
+    # MIG User Guide, A30 table: 1g.6gb has no decoder; only 1g.6gb+me gets one
+    assert (profile_row('A30', '1g.6gb')['decoders'], profile_row('A30', '1g.6gb+me')['decoders']) == (0, 1)
     assert MODELS['H200']['memory_total_mib'] == 143771 and MODELS['B200']['memory_total_mib'] == 183359
 
 

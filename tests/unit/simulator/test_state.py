@@ -42,7 +42,7 @@ def test_a_fault_fires_once_on_the_nth_call_and_its_count_persists(sim):
     before = sim_api.load_state(path)['gpus']
     # the next count comes from a separate process: the count lives in the state file
     assert run_python(path, '''
-        placement = pynvml.c_nvmlGpuInstancePlacement_t(); placement.start = 1
+        placement = pynvml.c_nvmlGpuInstancePlacement_t(); placement.start = 1; placement.size = 1
         pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, 19, ctypes.byref(placement))
         print(json.dumps(None))
     ''') is None
@@ -110,17 +110,19 @@ def test_the_call_log_records_mutations_only(sim):
     pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0))
     assert sim_api.read_call_log(path) == []
     new_gi = create_gi(handle, 9, 4)
+    new_id = pynvml.nvmlGpuInstanceGetInfo(new_gi).id
     new_ci = create_ci(new_gi, 0, 1)
     pynvml.nvmlComputeInstanceDestroy(new_ci)
     pynvml.nvmlGpuInstanceDestroy(new_gi)
     pynvml.nvmlDeviceSetMigMode(handle, 1)
     log = sim_api.read_call_log(path)
     assert [(e['call'], e['gpu'], e['args'], e['result'], e.get('created')) for e in log] == [
-        ('nvmlDeviceCreateGpuInstanceWithPlacement', 0, {'profile_id': 9, 'start': 4}, 'NVML_SUCCESS', {'gpu_instance_id': 2, 'start': 4}),
-        ('nvmlGpuInstanceCreateComputeInstanceWithPlacement', 0, {'gpu_instance_id': 2, 'profile_id': 0, 'start': 1}, 'NVML_SUCCESS',
+        ('nvmlDeviceCreateGpuInstanceWithPlacement', 0, {'profile_id': 9, 'start': 4, 'size': 4}, 'NVML_SUCCESS',
+         {'gpu_instance_id': new_id, 'start': 4}),
+        ('nvmlGpuInstanceCreateComputeInstanceWithPlacement', 0, {'gpu_instance_id': new_id, 'profile_id': 0, 'start': 1}, 'NVML_SUCCESS',
          {'compute_instance_id': 0, 'start': 1}),
-        ('nvmlComputeInstanceDestroy', 0, {'gpu_instance_id': 2, 'compute_instance_id': 0}, 'NVML_SUCCESS', None),
-        ('nvmlGpuInstanceDestroy', 0, {'gpu_instance_id': 2}, 'NVML_SUCCESS', None),
+        ('nvmlComputeInstanceDestroy', 0, {'gpu_instance_id': new_id, 'compute_instance_id': 0}, 'NVML_SUCCESS', None),
+        ('nvmlGpuInstanceDestroy', 0, {'gpu_instance_id': new_id}, 'NVML_SUCCESS', None),
         ('nvmlDeviceSetMigMode', 0, {'mode': 1}, 'NVML_SUCCESS', None)]
     assert log[-1]['activation_status'] == 'NVML_SUCCESS' and log[-1]['pid'] == os.getpid()
     assert all(e['call'] in sim_api.MUTATING_CALLS for e in log)
@@ -133,8 +135,10 @@ def test_a_fresh_install_and_another_process_read_back_the_same_host(sim):
     create_ci(gi, 0, 1)
     create_gi(handle, 19, 0)
     stored = json.load(open(path))['gpus'][0]
-    assert [(g['id'], g['profile'], g['start']) for g in stored['gpu_instances']] == [(4, '2g.10gb', 2), (7, '1g.5gb', 0)]
-    assert stored['gpu_instances'][0]['compute_instances'] == [{'id': 0, 'profile': '1c.2g.10gb', 'start': 1, 'pids': []}]
+    two_g, one_g = [g['id'] for g in stored['gpu_instances']]
+    assert [(g['profile'], g['start']) for g in stored['gpu_instances']] == [('2g.10gb', 2), ('1g.5gb', 0)]
+    assert two_g in range(3, 7) and one_g in range(7, 15)
+    assert stored['gpu_instances'][0]['compute_instances'] == [{'id': 0, 'profile': '1c.2g.10gb', 'profile_id': 0, 'start': 1, 'pids': []}]
     seen = run_python(path, '''
         out = []
         for profile_id in (14, 19):
@@ -145,7 +149,7 @@ def test_a_fresh_install_and_another_process_read_back_the_same_host(sim):
                 out.append([info.id, info.profileId, info.placement.start, info.placement.size])
         print(json.dumps(out))
     ''')
-    assert seen == [[4, 14, 2, 2], [7, 19, 0, 1]]
+    assert seen == [[two_g, 14, 2, 2], [one_g, 19, 0, 1]]
 
 
 def test_concurrent_processes_see_one_consistent_host(tmp_path):
@@ -159,14 +163,15 @@ def test_concurrent_processes_see_one_consistent_host(tmp_path):
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         for start in sys.argv[2:]:
-            placement = pynvml.c_nvmlGpuInstancePlacement_t(); placement.start = int(start)
+            placement = pynvml.c_nvmlGpuInstancePlacement_t(); placement.start = int(start); placement.size = 1
             pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, 19, ctypes.byref(placement))
     ''')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     workers = [subprocess.Popen([sys.executable, '-c', script, path] + starts, env=env) for starts in (['0', '2', '4'], ['1', '3', '5'])]
     assert [w.wait() for w in workers] == [0, 0]
     instances = sim_api.load_state(path)['gpus'][0]['gpu_instances']
-    assert sorted((g['start'], g['id']) for g in instances) == [(0, 7), (1, 8), (2, 9), (3, 10), (4, 11), (5, 12)]
+    assert sorted(g['start'] for g in instances) == [0, 1, 2, 3, 4, 5]
+    assert len(set(g['id'] for g in instances)) == 6 and set(g['id'] for g in instances) <= set(range(7, 15))
     assert len(sim_api.read_call_log(path)) == 6
 
 
@@ -179,7 +184,9 @@ def test_defaults_and_ids_are_filled_stably_and_kept_once_written(tmp_path):
     first = sim_api.load_state(path)
     assert sim_api.load_state(path) == first
     gpu = first['gpus'][0]
-    assert [(g['id'], g['profile'], g['start']) for g in gpu['gpu_instances']] == [(1, '1g.18gb', 3), (5, '2g.35gb', 4), (13, '1g.18gb', 6)]
+    assert [(g['profile'], g['start']) for g in gpu['gpu_instances']] == [('1g.18gb', 3), ('2g.35gb', 4), ('1g.18gb', 6)]
+    assert gpu['gpu_instances'][0]['id'] == 1 and gpu['gpu_instances'][1]['id'] in range(3, 7)
+    assert gpu['gpu_instances'][2]['id'] in range(7, 15)
     assert gpu['gpu_instances'][2]['compute_instances'][0]['id'] == 0 and gpu['gpu_instances'][2]['compute_instances'][0]['start'] == 0
     assert (gpu['pids'], gpu['clients'], first['driver_version'], first['faults']) == ([], [], '580.95.05', [])
     written = sim_api.write_state(path, first)

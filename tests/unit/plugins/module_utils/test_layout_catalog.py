@@ -577,7 +577,7 @@ def test_concrete_instances_suffixed_shapes():
 
 
 @pytest.mark.parametrize('model, mig_devices, reason', [
-    ('A30', {'3g': 1}, "GPU 0 (NVIDIA A30, 0x20B710DE:0x00000000): 3g matches no profile: the GPU offers "
+    ('A30', {'3g': 1}, "GPU 0 (NVIDIA A30, 0x20B710DE:0x153210DE): 3g matches no profile: the GPU offers "
                        "1g.6gb (1g), 1g.6gb+me (1g+me), 2g.12gb (2g), 2g.12gb+me (2g+me), 4g.24gb (4g)"),
     ('A30', {'1g.10gb': 1}, '1g.10gb is not offered: the GPU offers 1g.6gb (1g)'),
     ('A30', {'1g.2mem': 1}, '1g.2mem matches no profile'),

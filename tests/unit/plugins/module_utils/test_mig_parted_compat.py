@@ -64,20 +64,22 @@ FAMILIES = {
                      '1g+me.all': ('1g.24gb+me.all', 1), '1g-me': ('1g.24gb-me', 4), '2g': ('2g.48gb', 2),
                      '2g+gfx': ('2g.48gb+gfx', 2), '2g+me.all': ('2g.48gb+me.all', 1), '2g-me': ('2g.48gb-me', 2),
                      '4g': ('4g.96gb', 1), '4g+gfx': ('4g.96gb+gfx', 1)},
+    'RTX-PRO-5000': {'1g': ('1g.24gb', 2), '2g': ('2g.48gb', 1)},
 }
-MEMORY_SLICES = dict((family, 4 if family in ('A30', 'RTX-PRO-6000') else 8) for family in FAMILIES)
+MEMORY_SLICES = dict((family, {'A30': 4, 'RTX-PRO-6000': 4, 'RTX-PRO-5000': 2}.get(family, 8)) for family in FAMILIES)
 
 # PCI device ids (mig-parted's device-filter form) of every MIG-capable board, by profile family
 PCI_FAMILY = {
     '0x20B010DE': 'A100-40GB', '0x20B110DE': 'A100-40GB', '0x20F110DE': 'A100-40GB', '0x20F610DE': 'A100-40GB',
     '0x20B210DE': '80GB', '0x20B510DE': '80GB', '0x20F310DE': '80GB', '0x20F510DE': '80GB',
     '0x233010DE': '80GB', '0x233110DE': '80GB', '0x232210DE': '80GB', '0x232410DE': '80GB',
-    '0x232110DE': 'H100-NVL', '0x233A10DE': 'H100-NVL',
-    '0x234210DE': '96GB', '0x232910DE': '96GB',
+    '0x232110DE': 'H100-NVL', '0x233A10DE': 'H100-NVL', '0x233910DE': 'H100-NVL',
+    '0x234210DE': '96GB', '0x232910DE': '96GB', '0x233D10DE': '96GB', '0x20B610DE': '96GB',
     '0x233510DE': 'H200', '0x233B10DE': 'H200',
     '0x234810DE': 'GH200-144GB',
     '0x290110DE': 'B200', '0x294110DE': 'GB200', '0x318210DE': 'B300', '0x31C210DE': 'GB300', '0x31C310DE': 'GB300',
-    '0x20B710DE': 'A30', '0x2BB510DE': 'RTX-PRO-6000',
+    '0x20B710DE': 'A30', '0x2BB510DE': 'RTX-PRO-6000', '0x2BB110DE': 'RTX-PRO-6000', '0x2BB410DE': 'RTX-PRO-6000',
+    '0x2BB310DE': 'RTX-PRO-5000',
 }
 L40S = '0x26B910DE'
 
@@ -208,6 +210,8 @@ def test_spacing_nvidias_files_use_loads_the_same():
 # ---- mig-parted's default-like file: every layout on every board ---------------------------------------
 
 DEFAULTS = load('parted-defaults.yaml')
+# Boards that NVIDIA's balanced filters do not list (mig-parted leaves them unmatched too).
+NOT_IN_NVIDIAS_BALANCED = ('0x233910DE', '0x2BB110DE', '0x2BB410DE', '0x2BB310DE')
 BALANCED_ENTRY = {'RTX-PRO-6000': 0, 'GB300': 1, 'B300': 2, 'GB200': 3, 'B200': 4, 'GH200-144GB': 5, 'H200': 6,
                   'H100-NVL': 7, '96GB': 8, '80GB': 9, 'A100-40GB': 10, 'A30': 11}
 
@@ -220,6 +224,8 @@ def expected_in_defaults(layout, pci_id):
     if layout == 'all-enabled':
         return ('on', [0], {})
     if layout == 'balanced-by-model':
+        if pci_id in NOT_IN_NVIDIAS_BALANCED:
+            return ('unmatched',)
         shapes = ('1g', '2g', '3g') if MEMORY_SLICES[family] == 8 else ('1g', '2g')
         one, two, three = (names(family, *shapes) + [None])[:3]
         instances = {one: 2, two: 1}
@@ -233,6 +239,8 @@ def expected_in_defaults(layout, pci_id):
     # each-<profile>: one entry for every GPU, the profile in the layout's name
     profile = layout[len('each-'):].replace('.me.all', '+me.all').replace('.me', '+me').replace('.gfx', '+gfx')
     count = list(DEFAULTS[layout][0]['mig-devices'].values())[0]
+    if profile in offered and count > offered[profile]:
+        return ('too many', profile)        # a 2-slice GPU holds fewer than NVIDIA's 4-slice count
     if profile in offered:
         return ('on', [0], {profile: count})
     return ('not offered', profile)
@@ -247,6 +255,11 @@ def test_parted_defaults_on_every_board(layout):
         got = outcome(entries, [gpu])
         if expected[0] == 'not offered':
             assert got[0] == 'not offered' and '%s is not offered' % expected[1] in got[1], (model, pci_id, got)
+            continue
+        if expected[0] == 'too many':
+            assert got[0] == 'on' and got[2][expected[1]] > dict(FAMILIES[PCI_FAMILY[pci_id]].values())[expected[1]]
+            with pytest.raises(Exception, match='requested but the GPU allows at most'):
+                assert_fits(gpu, got[2])
             continue
         assert got == expected, (model, pci_id)
         if got[0] == 'on':
@@ -283,6 +296,8 @@ def expected_in_operator(layout, pci_id):
     if layout == 'shared-3g':
         return ('on', [0], {'1c.3g.40gb': 3, '3g.40gb': 1}) if pci_id == '0x233010DE' else ('unmatched',)
     if layout == 'all-balanced':
+        if pci_id in NOT_IN_NVIDIAS_BALANCED:
+            return ('unmatched',)
         return {'RTX-PRO-6000': ('on', [0], {'1g.24gb': 2, '2g.48gb': 1}),
                 'B200': ('on', [1], {'1g.23gb': 2, '2g.45gb': 1, '3g.90gb': 1}),
                 'A30': ('on', [2], {'1g.6gb': 2, '2g.12gb': 1})}.get(family, ('unmatched',))
@@ -350,7 +365,7 @@ def test_station_layouts(layout, expected):
 def test_station_mig_on_the_display_gpu_is_refused_with_mig_parteds_reason():
     got = outcome(SITE['station-display-on'], station(), 4)
     assert got[0] == 'refused'
-    assert got[1] == ('entry 0: GPU 3 (NVIDIA L40S, 0x26B910DE:0x00000000): cannot set MIG mode on non MIG-capable GPU '
+    assert got[1] == ('entry 0: GPU 3 (NVIDIA L40S, 0x26B910DE:0x185110DE): cannot set MIG mode on non MIG-capable GPU '
                       '(the entry names it in devices with mig-enabled: true)')
 
 
@@ -391,14 +406,16 @@ def catalog():
 
 
 def expected_in_catalog(layout, profiles, memory_slices):
-    """The catalog's promise, by geometry: 8 memory slices (7 compute) or 4. ``profiles``: {shape: name}."""
+    """The catalog's promise, by geometry: 8 memory slices (7 compute), 4 or 2. ``profiles``: {shape: name}."""
     eight = memory_slices == 8
     if layout == 'all-disabled':
         return ('off', [0])
     if layout == 'all-enabled':
         return ('on', [0], {})
     if layout == 'daytime':
-        return ('on', [0], {profiles['1g']: 7 if eight else 4})
+        return ('on', [0], {profiles['1g']: {8: 7, 4: 4, 2: 2}[memory_slices]})
+    if memory_slices == 2:      # the halves are 1g: both layouts are two of them
+        return ('on', [2], {profiles['1g']: 2})
     if layout == 'nighttime':
         return ('on', [0], {profiles['3g']: 2}) if eight else ('on', [1], {profiles['2g']: 2})
     if layout == 'all-balanced':
@@ -462,10 +479,10 @@ def test_catalog_explicit_entry_wins_for_its_ids():
     configs = catalog()
     entries = check_layout(configs, 'nighttime') + validate_document({'version': 'v1', 'mig-configs': {'x': [
         {'device-filter': ['0x20B210DE'], 'devices': 'all', 'mig-enabled': True, 'mig-devices': {'7g.80gb': 1}}]}})['x']
-    assert outcome(entries, [board_gpu('A100-SXM4-80GB', '0x20B210DE')]) == ('on', [0, 2], {'7g.80gb': 1})
+    assert outcome(entries, [board_gpu('A100-SXM4-80GB', '0x20B210DE')]) == ('on', [0, 3], {'7g.80gb': 1})
     assert outcome(entries, [board_gpu('H100-SXM5-80GB', '0x233010DE')]) == ('on', [0], {'3g.40gb': 2})
     before = match_gpus(entries, [board_gpu('A100-SXM4-80GB', '0x20B210DE', enabled=False)])['gpus'][0]
-    assert (before['pending'], before['entry'], before['mig_devices']) == (False, 2, {'7g.80gb': 1})
+    assert (before['pending'], before['entry'], before['mig_devices']) == (False, 3, {'7g.80gb': 1})
 
 
 def test_catalog_on_a_mixed_host():

@@ -452,8 +452,11 @@ def _expected(model, layout):
     if layout == 'daytime':
         small = plain(1)
         return {small['name']: small['max_count']}
+    half = {8: 3, 4: 2, 2: 1}[model['memory_slices']]
     if layout == 'nighttime':
-        return {plain(3 if eight else 2)['name']: 2}
+        return {plain(half)['name']: 2}
+    if model['memory_slices'] == 2:
+        return {plain(1)['name']: 2}
     counts = {plain(1)['name']: 2, plain(2)['name']: 1}
     if eight:
         counts[plain(3)['name']] = 1
