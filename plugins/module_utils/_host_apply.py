@@ -27,7 +27,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
     concrete_instances,
     match_gpus,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_gpus, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of
@@ -239,11 +239,8 @@ def converge(backend, request, apply=True, hold_clients=None, host=None):
         return before, None, [], host
     if request.evictable:
         raise PlanningError('an apply never plans with evictable pods: evict them, then apply without evictable')
-    done = []
     with (hold_clients or _no_clients)():
-        for gpu_decision in before.gpus:
-            if not gpu_decision.in_layout:
-                done.extend(_apply_gpu(backend, gpu_decision, request))
+        done = apply_gpus(backend, before.gpus, lambda decision, gpu_done: _apply_gpu(backend, decision, request, gpu_done))
     host = backend.read_host()
     after = decide(host, request)
     wrong = [g for g in after.gpus if not g.in_layout and not g.reboot_required]
@@ -254,34 +251,56 @@ def converge(backend, request, apply=True, hold_clients=None, host=None):
     return before, after, done, host
 
 
-def _apply_gpu(backend, decision, request):
+def _apply_plan_or_replan(backend, decision, gpu, plan, instances, done):
+    """Apply one GPU's instance plan. A destroy NVML refuses with IN_USE (a process started since the read, or a
+    GPU client such as DCGM holding the MIG devices: DCGM issues 95 and 276) re-reads the GPU: with a process now
+    listed on the instance, the plan is made again around it once (it keeps busy instances, or refuses the layout
+    naming the busy one); with none listed, the GPU is reported busy with what holds it."""
     index = decision.index
-    done = []
+    try:
+        actions, dummy = apply_plan(backend, gpu, plan)
+    except ApplyError as exc:
+        done.extend(dict(a, gpu=index) for a in exc.done)
+        if not exc.refused_in_use:
+            raise ApplyError(str(exc), [], exc.layout_now, cause=exc.cause)
+        gpu = backend.read_gpu(index)
+        going = set(a['gpu_instance_id'] for a in plan.actions if a['action'].startswith('destroy'))
+        if not any(ci['processes'] for gi in gpu['gpu_instances'] if gi['id'] in going for ci in gi['compute_instances']):
+            raise ApplyError('GPU %d is busy: NVML refused to destroy an instance (NVML_ERROR_IN_USE) and lists no process on '
+                             'it, so a GPU client holds its MIG devices (DCGM, dcgm-exporter: stop it, or name its systemd '
+                             'service in gpu_clients); %s' % (index, exc.cause), [], layout_of(gpu), cause=exc.cause)
+        plan = plan_gpu(gpu, instances, allocated=decision.allocated, evictable=decision.evictable)
+        actions, dummy = apply_plan(backend, gpu, plan)
+    done.extend(dict(a, gpu=index) for a in actions)
+
+
+def _apply_gpu(backend, decision, request, done):
+    """Bring one GPU to its layout; each action is appended to ``done`` as it is done."""
+    index = decision.index
     if not decision.wanted_enabled:
         if decision.plan and decision.plan.changed:
-            actions, dummy = apply_plan(backend, decision.gpu, decision.plan)
-            done.extend(dict(a, gpu=index) for a in actions)
+            _apply_plan_or_replan(backend, decision, decision.gpu, decision.plan, {}, done)
         if decision.mode.changed:
             done.append(dict(change_mode(backend, decision.mode, report_refused_reset=True), action='set_mig_mode', gpu=index))
-        return done
+        return
     if decision.mode.changed:
         outcome = change_mode(backend, decision.mode, report_refused_reset=True)
         done.append(dict(outcome, action='set_mig_mode', gpu=index))
         if outcome['reset_required']:
-            return done
+            return
     plan = decision.plan
     gpu = decision.gpu
+    instances = decision.instances
     if decision.deferred or decision.mode.changed:
         gpu = backend.read_gpu(index)
         if gpu['mig_mode']['current'] != decision.mode.wanted:
             # Still pending (no reset allowed, or none tried): the profiles stay unknown; reported as reboot_required.
-            return done
+            return
         match = choose_entry(decision.match, gpu, request.unmatched, layout=request.name)
         if match['mig_devices'] is None:
             # No entry fits the memory slices NVML now reports: the GPU is left as it is (as unmatched).
-            return done
-        plan = plan_gpu(gpu, concrete_instances(match['mig_devices'], gpu), allocated=decision.allocated, evictable=decision.evictable)
+            return
+        instances = concrete_instances(match['mig_devices'], gpu)
+        plan = plan_gpu(gpu, instances, allocated=decision.allocated, evictable=decision.evictable)
     if plan.changed:
-        actions, dummy = apply_plan(backend, gpu, plan)
-        done.extend(dict(a, gpu=index) for a in actions)
-    return done
+        _apply_plan_or_replan(backend, decision, gpu, plan, instances, done)

@@ -677,6 +677,30 @@ def _compute_names(profile):
     return sorted(ci['name'] for ci in profile.get('compute_profiles') or [])
 
 
+# GPU instance profiles that driver branches name differently (the same profile: its memory moved a little), by the
+# PCI device ids of the boards concerned. Sources: A100 80GB 3g.39gb on R535 and R545, 3g.40gb before and after
+# (mig-parted issue 31); GB200 1g.24gb on an early driver (gpu-operator PR 1303), 1g.23gb later (mig-parted issue 227).
+# The B200 (1g 22.00 then 20.50 GiB) and the RTX PRO 6000 (1g 23.12 then 23.62 GiB) kept their names.
+DRIVER_RENAMES = (
+    (('0x20B210DE', '0x20B510DE', '0x20F310DE', '0x20F510DE'), ('3g.39gb', '3g.40gb')),
+    (('0x294110DE',), ('1g.24gb', '1g.23gb')),
+    (('0x294110DE',), ('1g.24gb+me', '1g.23gb+me')),
+)
+
+
+def renamed_by_driver(name, gpu, gi_profiles):
+    """The GPU's own profile data for a GPU instance profile ``name`` it does not offer, when its driver calls
+    that profile by another name (DRIVER_RENAMES); else None. A layout written with either name then works on
+    either driver: the name is matched to the one the driver lists, as model-agnostic keys are."""
+    device = _hex_id(gpu.get('pci_device_id'))
+    for devices, names in DRIVER_RENAMES:
+        if name in names and device in [int(d, 16) for d in devices]:
+            offered = [p for q, p in gi_profiles if p['name'] in names]
+            if len(offered) == 1:
+                return offered[0]
+    return None
+
+
 def _resolve_key(key, gpu, label):
     """One mig-devices key -> the profile name NVML reports on this GPU (or its compute-instance key)."""
     try:
@@ -700,7 +724,10 @@ def _resolve_key(key, gpu, label):
     else:
         matches = [p for q, p in gi_profiles if q.name == parsed.gpu_instance_name]
         if not matches:
-            raise LayoutConfigError('%s: %s is not offered: the GPU offers %s' % (label, key, _offered(gpu)))
+            renamed = renamed_by_driver(parsed.gpu_instance_name, gpu, gi_profiles)
+            if renamed is None:
+                raise LayoutConfigError('%s: %s is not offered: the GPU offers %s' % (label, key, _offered(gpu)))
+            matches = [renamed]
         profile = matches[0]
         gi_name = profile['name']
     if not parsed.is_compute_instance_profile:

@@ -15,17 +15,28 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import GpuInstanceProfile, pack_compute_instances
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import layout_of
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, layout_of
 from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import BackendError
 
 
 class ApplyError(Exception):
-    """An apply that stopped part-way or did not verify; carries what was done and the state now."""
+    """An apply that stopped part-way or did not verify; carries what was done and the state now.
 
-    def __init__(self, message, done, layout_now):
+    ``cause``: the BackendError that stopped it, if one did. ``gpus``: for a host, what each GPU went
+    through (see :func:`apply_gpus`).
+    """
+
+    def __init__(self, message, done, layout_now, cause=None, gpus=None):
         super(ApplyError, self).__init__(message)
         self.done = done
         self.layout_now = layout_now
+        self.cause = cause
+        self.gpus = gpus
+
+    @property
+    def refused_in_use(self):
+        """NVML refused a destroy with NVML_ERROR_IN_USE (a process, or a GPU client such as DCGM, holds it)."""
+        return getattr(self.cause, 'nvml_error', None) == 'NVML_ERROR_IN_USE' and 'destroy' in str(self.cause)
 
 
 def layout_signature(layout):
@@ -77,7 +88,7 @@ def apply_plan(backend, gpu, plan):
             done.append(action)
     except BackendError as exc:
         raise ApplyError('%s; %d of %d planned actions were done before it stopped, re-run to converge'
-                         % (exc, len(done), len(actions)), done, _layout_now(backend, index))
+                         % (exc, len(done), len(actions)), done, _layout_now(backend, index), cause=exc)
     now = _layout_now(backend, index)
     if layout_signature(now) != layout_signature(plan.after):
         raise ApplyError('GPU %d: after applying, the GPU does not match the plan: expected %s, found %s'
@@ -97,3 +108,75 @@ def _layout_now(backend, index):
         return layout_of(backend.read_gpu(index, with_profiles=False))
     except BackendError:
         return None
+
+
+def apply_gpus(backend, decisions, apply_one):
+    """``apply_one(decision, done)`` for each GPU decision not in its layout yet, in order; returns every action done.
+
+    ``apply_one`` appends each action to ``done`` as it is done. When one GPU fails, the others are not started
+    and the ApplyError's ``gpus`` says for every GPU where it stands: ``status`` (``in layout``, ``applied``,
+    ``failed``, ``not started``), the actions ``done`` on it, the planned actions ``left`` and, for the one that
+    failed, its instances as NVML reports them now (``layout_now``). Its message says the same in words.
+    """
+    done = []
+    states = []
+    failure = None
+    for decision in decisions:
+        index = decision.index
+        planned = decision.actions()
+        state = {'index': index, 'uuid': decision.gpu['uuid'], 'status': 'not started', 'done': [], 'left': planned}
+        states.append(state)
+        if decision.in_layout:
+            state.update(status='in layout', left=[])
+            continue
+        if failure is not None:
+            continue
+        gpu_done = []
+        try:
+            apply_one(decision, gpu_done)
+        except (ApplyError, BackendError, PlanningError) as exc:
+            gpu_done.extend(dict(a, gpu=index) for a in getattr(exc, 'done', None) or [] if dict(a, gpu=index) not in gpu_done)
+            failure = exc
+            state.update(status='failed', done=gpu_done, left=_left(planned, gpu_done), reason=str(exc),
+                         layout_now=getattr(exc, 'layout_now', None) or _layout_now(backend, index))
+        else:
+            state.update(status='applied', done=gpu_done, left=[])
+        done.extend(gpu_done)
+    if failure is not None:
+        raise ApplyError('%s. Where each GPU stands: %s' % (failure, '; '.join(_state_words(s) for s in states)), done, None,
+                         cause=getattr(failure, 'cause', None), gpus=states)
+    return done
+
+
+def _action_key(action):
+    """What identifies a planned action once done (a create learns its instance id only then)."""
+    key = (action.get('action'), action.get('profile'), repr(action.get('placement')), action.get('gpu_instance_ref'))
+    if str(action.get('action')).startswith('destroy'):
+        key += (action.get('gpu_instance_id'), action.get('compute_instance_id'))
+    return key
+
+
+def _left(planned, done):
+    """The planned actions not done yet."""
+    counted = [_action_key(a) for a in done]
+    left = []
+    for action in planned:
+        if _action_key(action) in counted:
+            counted.remove(_action_key(action))
+        else:
+            left.append(action)
+    return left
+
+
+def _state_words(state):
+    words = 'GPU %d %s' % (state['index'], state['status'])
+    if state['status'] == 'failed':
+        words += ' after %d action(s) (%s), %d left (%s), its instances now: %s' % (
+            len(state['done']), ', '.join(a['action'] for a in state['done']) or 'none', len(state['left']),
+            ', '.join(a['action'] for a in state['left']) or 'none',
+            ', '.join('%s at %d' % (e['profile'], e['placement']['start']) for e in state['layout_now'] or []) or 'none')
+    elif state['status'] == 'not started':
+        words += ' (%d action(s) planned)' % len(state['left'])
+    elif state['status'] == 'applied':
+        words += ' (%d action(s))' % len(state['done'])
+    return words

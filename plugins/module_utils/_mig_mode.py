@@ -20,6 +20,10 @@ __metaclass__ = type
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import BackendError
 
+# MIG mode is driver state on these (reset-less MIG, MIG User Guide): a pending change on a GPU that is idle now
+# takes effect on another nvmlDeviceSetMigMode, no GPU reset needed. Ampere applies a pending mode at a GPU reset.
+RESETLESS_ARCHITECTURES = ('hopper', 'blackwell', 'rubin')
+
 # Why a mode can stay pending, for messages (activation status -> explanation).
 _PENDING_REASONS = {
     'NVML_ERROR_IN_USE': 'another client holds the GPU (a process, nvidia-persistenced, DCGM or nvidia_drm)',
@@ -60,8 +64,10 @@ class ModeDecision(object):
         self.wanted = mode_name(wanted_enabled)
         self.allow_reset = allow_reset
         mode = gpu['mig_mode']
-        self.needs_set = mode['pending'] != self.wanted
-        # Idle: the set applies at once. Already pending: only a reset applies it.
+        # Idle: the set applies at once. Already pending: on Hopper and later the set is asked again (it applies
+        # once the GPU is idle; change_mode resets only if it still does not); on Ampere only a reset applies it.
+        resetless = gpu.get('architecture') in RESETLESS_ARCHITECTURES
+        self.needs_set = mode['pending'] != self.wanted or (resetless and mode['current'] != self.wanted)
         self.needs_reset = allow_reset and not self.needs_set and mode['current'] != self.wanted
         current_after = self.wanted if (self.needs_set or self.needs_reset) else mode['current']
         self.after = {'current': current_after, 'pending': self.wanted}

@@ -45,7 +45,12 @@ _MAX_INSTANCES = 32
 
 
 class BackendError(Exception):
-    """An NVML call failed; the message names the GPU, the operation and the NVML error."""
+    """An NVML call failed; the message names the GPU, the operation and the NVML error (``nvml_error``: its name,
+    e.g. 'NVML_ERROR_IN_USE', None when the failure is not an NVML answer)."""
+
+    def __init__(self, message, nvml_error=None):
+        super(BackendError, self).__init__(message)
+        self.nvml_error = nvml_error
 
 
 def simulator_state_path():
@@ -118,7 +123,7 @@ class NvmlBackend(object):
             return function(*args)
         except pynvml.NVMLError as exc:
             where = 'GPU %s: ' % gpu if gpu is not None else ''
-            raise BackendError('%s%s failed: %s (%s)' % (where, what, _nvml_error_name(exc), exc))
+            raise BackendError('%s%s failed: %s (%s)' % (where, what, _nvml_error_name(exc), exc), _nvml_error_name(exc))
 
     # ---- reading -------------------------------------------------------------------
 
@@ -251,13 +256,18 @@ class NvmlBackend(object):
         return self._call(index, 'get GPU instance %d' % gi_id, pynvml.nvmlDeviceGetGpuInstanceById, handle, gi_id)
 
     def _compute_profiles(self, index, handle, gi_id, gi_name):
+        """The compute instance profiles of a GPU instance, one per name: the one gpufleet.mig creates with.
+
+        Drivers offer some full-size CI profiles in pairs under one name: an A100 7g both 7_SLICE (4) and
+        7_SLICE_NVL (8) (dra-driver-nvidia-gpu issue 1480; creating with 8 has been seen to break workloads), a
+        Hopper double-memory 1g both 1_SLICE (0) and 1_SLICE_REV1 (7). The plain profile is the one of the
+        lowest enum (each variant's enum is past the plain ones in nvml.h): that one is kept.
+        """
         gi_handle = self._gi_handle(index, handle, gi_id)
         profiles = []
-        for info in self._ci_profile_infos(index, gi_handle, gi_id):
+        for info in sorted(self._ci_profile_infos(index, gi_handle, gi_id), key=lambda i: i.id):
             name = _short_profile_name(info.name) or compute_instance_name(info.sliceCount, gi_name)
             if any(p['name'] == name for p in profiles):
-                # Some drivers offer the full-size CI of an A100 7g both as 7_SLICE (4) and as
-                # 7_SLICE_NVL (8); creating with 8 has been seen to break workloads: keep the plain enum.
                 continue
             profiles.append({
                 'name': name,

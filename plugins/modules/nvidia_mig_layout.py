@@ -57,10 +57,15 @@ options:
     choices: [ignore, fail]
     default: ignore
   gpu_clients:
-    description: systemd services that hold the GPUs; those running are stopped while the GPUs change and started after.
+    description:
+      - systemd services that hold the GPUs; those running are stopped while the GPUs change and started after.
+      - By default the GPU clients NVIDIA ships (DCGM, dcgm-exporter, nvsm): a DCGM holding a MIG device makes NVML
+        refuse to destroy it with C(NVML_ERROR_IN_USE) and no process listed. V([]) stops none.
+      - A destroy still refused that way fails the GPU as busy, naming the client to stop; RV(gpu_states) then says
+        where every GPU stands.
     type: list
     elements: str
-    default: []
+    default: [nvidia-dcgm.service, dcgm-exporter.service, nvsm.service]
   other_owner_units:
     description: systemd units that own MIG when running or enabled (another owner would undo our layouts).
     type: list
@@ -277,6 +282,14 @@ files:
   returned: unless O(record_failure) is set
   type: list
   elements: str
+gpu_states:
+  description:
+    - When an apply stops part-way (a failure), where every GPU stands, in order. C(index), C(uuid), C(status)
+      (C(in layout), C(applied), C(failed), C(not started)), the actions C(done) on it, the planned actions C(left),
+      and for the GPU that failed its C(reason) and its instances as NVML reports them now (C(layout_now)).
+  returned: failure of an apply
+  type: list
+  elements: dict
 clients_stopped:
   description: GPU client services stopped during the change and started again.
   returned: unless O(record_failure) is set
@@ -501,6 +514,8 @@ def main_body(module):
             if apply:
                 record_apply(paths.config_dir, request.name, 'failed', 'ansible', str(exc))
                 refresh_metrics(module, backend.read_host(), paths, request)
+            if getattr(exc, 'gpus', None):
+                module.fail_json(msg=str(exc), gpu_states=exc.gpus, clients_stopped=clients)
             raise
         if done:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
@@ -539,7 +554,7 @@ def main():
         apply=dict(type='bool', default=True),
         allow_reset=dict(type='bool', default=True),
         unmatched=dict(type='str', default='ignore', choices=['ignore', 'fail']),
-        gpu_clients=dict(type='list', elements='str', default=[]),
+        gpu_clients=dict(type='list', elements='str', default=['nvidia-dcgm.service', 'dcgm-exporter.service', 'nvsm.service']),
         other_owner_units=dict(type='list', elements='str', default=['nvidia-mig-manager.service']),
         allow_other_owner=dict(type='bool', default=False),
         systemd=dict(type='bool', default=True),

@@ -239,6 +239,8 @@ def expected_in_defaults(layout, pci_id):
     # each-<profile>: one entry for every GPU, the profile in the layout's name
     profile = layout[len('each-'):].replace('.me.all', '+me.all').replace('.me', '+me').replace('.gfx', '+gfx')
     count = list(DEFAULTS[layout][0]['mig-devices'].values())[0]
+    if family == 'GB200' and profile in ('1g.24gb', '1g.24gb+me'):     # its early driver's name (DRIVER_RENAMES)
+        return ('on', [0], {profile.replace('24', '23'): count})
     if profile in offered and count > offered[profile]:
         return ('too many', profile)        # a 2-slice GPU holds fewer than NVIDIA's 4-slice count
     if profile in offered:
