@@ -289,7 +289,7 @@ pods_to_evict:
 pod_resources:
   description:
     - C(read) (whether the kubelet's pod-resources API answered), C(reason) when it did not, C(allocations) (every
-      container holding an C(nvidia.com/...) device, with its device ids) and C(pods) (the pods on the host's GPUs).
+      container holding a GPU resource's device, with its device ids) and C(pods) (the pods on the host's GPUs).
   returned: always
   type: dict
 resources:
