@@ -165,10 +165,11 @@ def main_body(module):
     params = module.params
     if params['fragmentation_above'] < 0 or params['stranded_above'] < 0:
         module.fail_json(msg='fragmentation_above and stranded_above must be 0 or more')
-    pod_devices, dummy = read_pod_resources(module)
     results = []
     done = []
     with nvml_session(module, exclusive=not module.check_mode) as backend:
+        # Under the host lock, as the GPUs are read: one snapshot of what pods and GPUs hold.
+        pod_devices, dummy = read_pod_resources(module)
         host = backend.read_host()
         held = host_allocations(host, pod_devices)
         planned = []
