@@ -148,6 +148,13 @@ ansible_facts:
               description: Why the profiles and figures are missing.
               type: str
               returned: when MIG is disabled on a MIG-capable GPU
+            placements_without_mig:
+              description:
+                - What NVML tells of the profiles while MIG is off, its possible placements by profile id (C(profile_id),
+                  C(placements) each with C(start) and C(size) in memory slices); they give the GPU's memory slices.
+              type: list
+              elements: dict
+              returned: when MIG is disabled on a MIG-capable GPU
             profiles:
               description:
                 - GPU instance profiles as NVML reports them (empty when not MIG-capable or while MIG is disabled).

@@ -15,7 +15,9 @@ description:
   - Takes a MIG layout in NVIDIA mig-parted's v1 format (the C(mig-configs) mapping, at least the layout named by
     O(name)), matches its entries to the GPUs of the host as mig-parted does, and plans the MIG mode and the
     instances of every GPU with the collection's placement planner. Everything is decided before the first change;
-    busy instances (running processes, or allocated to a pod) are never destroyed.
+    busy instances (running processes, or allocated to a pod) are never destroyed. A GPU whose MIG is still off is
+    checked too, as far as NVML tells with MIG off (RV(gpus[].checked_with)): a profile it cannot offer fails before
+    any GPU of the host changes.
   - Unless O(apply=false) or check mode, applies the plan (mode, a reset of an idle GPU when allowed, instances)
     and verifies the result by reading the GPUs again.
   - NVML describes a GPU's profiles only while MIG is enabled. A GPU whose MIG is still off is planned in two steps
@@ -232,6 +234,13 @@ gpus:
       type: bool
     note:
       description: Why the instances are not planned yet, or null.
+      type: str
+    checked_with:
+      description:
+        - While MIG is off (RV(gpus[].deferred)), what the entry was checked against before any GPU of the host changed,
+          in words. The profiles of a GPU of the same model with MIG enabled, else a forecast from the possible
+          placements NVML answers with MIG off (the memory slices) and NVIDIA's profile naming rule, else nothing.
+          Null when the instances are planned already.
       type: str
     before:
       description: GPU instances before, sorted by placement.
