@@ -118,6 +118,12 @@ ansible_facts:
             memory_total_mib:
               description: Total framebuffer memory in MiB.
               type: int
+            minor_number:
+              description:
+                - The GPU's device minor number (C(/dev/nvidia<minor>)), which need not equal its index; NVIDIA's DRA
+                  driver names its devices after it (C(gpu-<minor>), C(gpu-<minor>-mig-...)). Null where NVML cannot
+                  tell.
+              type: int
             mig_capable:
               description: Whether the GPU supports MIG.
               type: bool

@@ -243,8 +243,16 @@ gpus:
       elements: dict
     pods_to_evict:
       description:
-        - This GPU's part of RV(pods_to_evict) (pods on the instances the plan destroys, or on the whole GPU when its
-          MIG mode changes). Only with O(evict) can it be non-empty.
+        - This GPU's part of RV(pods_to_evict) (pods on the instances the plan destroys, on the whole GPU when its
+          MIG mode changes, or in RV(gpus[].index_id_pods)). Only with O(evict) can it be non-empty.
+      type: list
+      elements: str
+    index_id_pods:
+      description:
+        - Pods that hold one of this GPU's MIG devices by index id (C(<gpu>:<mig device>), the device plugin's
+          C(deviceIDStrategy=index)) while the plan changes the GPU's MIG devices. An index id is a position in the
+          GPU's list of MIG devices, which any created or destroyed instance may shift, so these pods go whichever
+          instance they hold; without O(evict) the change is refused while they hold it.
       type: list
       elements: str
     free_space_after:
@@ -282,10 +290,18 @@ clients_stopped:
 pods_to_evict:
   description:
     - Pods (C(namespace/name), or C(uid:<pod uid>) when only their cgroup names them) whose instances the plan
-      destroys, or that hold a whole GPU whose MIG mode changes. Only with O(evict) can it be non-empty.
+      destroys, that hold a whole GPU whose MIG mode changes, or that hold a MIG device by index id on a GPU whose MIG
+      devices change (RV(gpus[].index_id_pods)); RV(eviction_reasons) says which. Only with O(evict) can it be
+      non-empty.
   returned: always
   type: list
   elements: str
+eviction_reasons:
+  description:
+    - Why each pod of RV(pods_to_evict) must go, by pod (on an instance the plan destroys, on a whole GPU whose MIG
+      mode changes, or holding an index id on a GPU whose MIG devices change).
+  returned: always
+  type: dict
 pod_resources:
   description:
     - C(read) (whether the kubelet's pod-resources API answered), C(reason) when it did not, C(allocations) (every
@@ -507,6 +523,7 @@ def main_body(module):
         files=files,
         clients_stopped=clients,
         pods_to_evict=before.pods_to_evict(),
+        eviction_reasons=before.eviction_reasons(),
         pod_resources=dict(pod_status, allocations=pod_devices or [],
                            pods=sorted(set('%s/%s' % (d['namespace'], d['pod']) for d in pod_devices or []))),
         resources=resources,

@@ -674,3 +674,69 @@ def test_repack_moves_the_idle_instance_beside_a_busy_one(simulated_host, run_mo
     result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off'})
     assert not failed and not result['changed'] and result['gpus'][0]['status'] == 'no_idle_move'
     assert len(mutating_calls(host)) == calls
+
+
+# ---- index device ids (deviceIDStrategy index) ------------------------------------------------------
+
+KEEP_THREE_AND_3G = {'mixed': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 3, '3g.40gb': 1}}]}
+
+
+def index_ids(run_module, gpu=0):
+    """{GPU instance start: '<gpu>:<mig device index>'} as the device plugin (deviceIDStrategy index) names them."""
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
+    assert not failed, facts
+    return dict((gi['placement']['start'], '%d:%d' % (gpu, gi['compute_instances'][0]['mig_index']))
+                for gi in facts['ansible_facts']['nvidia_mig']['gpus'][gpu]['gpu_instances'])
+
+
+def test_index_ids_shift_when_an_instance_before_them_goes(simulated_host, run_module, host_paths, kubelet_with):
+    # Why index ids need a rule: the 1g at 4 is kept (a pod holds it by UUID), 3g.40gb at 0 replaces 0-3, and the
+    # kept instance moves in the GPU's list of MIG devices (the simulator lists them by placement).
+    seven_small(simulated_host)
+    before = index_ids(run_module)
+    assert before[4] == '0:4'
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [4]))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert not failed, result
+    after = index_ids(run_module)
+    assert sorted(after) == [0, 4, 5, 6] and after[4] != '0:4'
+
+
+def test_a_pod_holding_an_index_id_on_a_gpu_that_changes_is_evicted_never_remapped(simulated_host, run_module, host_paths, kubelet_with):
+    host = seven_small(simulated_host)
+    ids, uuids = index_ids(run_module), mig_uuids(run_module)
+    # p4 holds the kept instance at 4 by index id, p5 the kept one at 5 by UUID; 0-3 are idle.
+    socket = kubelet_with([
+        {'namespace': 'team', 'pod': 'p4', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [ids[4]]}}]},
+        {'namespace': 'team', 'pod': 'p5', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb.shared': [uuids[5] + '::1']}}]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed, result
+    gpu = result['gpus'][0]
+    # Only idle instances are destroyed, yet the index-id pod must go; the UUID one stays.
+    assert all(not d['allocated_to'] for d in gpu['destroyed_instances'])
+    assert result['pods_to_evict'] == ['team/p4'] and gpu['index_id_pods'] == ['team/p4']
+    assert 'by index id' in result['eviction_reasons']['team/p4'] and list(result['eviction_reasons']) == ['team/p4']
+    # The apply refuses while the pod still holds the index id: nothing changes.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert failed and 'team/p4 hold MIG devices by index id' in result['msg'] and 'Nothing was changed' in result['msg']
+    assert mutating_calls(host) == []
+    # Once it is gone (evicted), the change goes ahead and the UUID pod keeps its instance.
+    socket = kubelet_with([
+        {'namespace': 'team', 'pod': 'p5', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb.shared': [uuids[5] + '::1']}}]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert not failed and result['in_layout'], result
+    assert mig_uuids(run_module)[5] == uuids[5]
+
+
+def test_index_ids_on_a_gpu_that_does_not_change_stay(simulated_host, run_module, host_paths, kubelet_with):
+    seven_small(simulated_host)
+    ids = index_ids(run_module)
+    socket = kubelet_with([{'namespace': 'team', 'pod': 'p%d' % s, 'containers': [
+        {'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [ids[s] + '::0']}}]} for s in (0, 3, 6)])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, pod_resources_socket=socket, apply=False, evict=True))
+    assert not failed and result['in_layout'] and result['pods_to_evict'] == [] and result['eviction_reasons'] == {}
+    assert result['gpus'][0]['index_id_pods'] == []
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, pod_resources_socket=socket))
+    assert not failed and not result['actions']
