@@ -488,9 +488,9 @@ def test_metrics_per_instance_with_their_pods_and_unmatched_gpus(simulated_host,
     assert re.search(r'(?m)^gpufleet_mig_gpu_unmatched\{gpu="1",model="NVIDIA H100 80GB HBM3",.*\} 1$', metrics)
     assert re.search(r'(?m)^gpufleet_mig_gpu_in_layout\{gpu="0",.*\} 1$', metrics)
     assert 'gpufleet_mig_gpu_in_layout{gpu="1"' not in metrics
-    # Seven 1g on an A100 strand one slice; the first refresh starts the count.
+    # Seven 1g on an A100 strand nothing (slice 7 is free, but every compute slice is taken); the first refresh starts the count.
     assert re.search(r'(?m)^gpufleet_mig_stranded_slice_seconds_total\{gpu="0",model="NVIDIA A100-SXM4-80GB",uuid="GPU-[^"]+"\} 0.0$', metrics)
-    assert re.search(r'(?m)^gpufleet_mig_stranded_slices\{gpu="0",.*\} 1$', metrics)
+    assert re.search(r'(?m)^gpufleet_mig_stranded_slices\{gpu="0",.*\} 0$', metrics)
 
 
 def test_stranded_slice_seconds_add_up_between_refreshes(tmp_path):
