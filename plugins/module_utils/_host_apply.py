@@ -12,7 +12,8 @@ nvidia_mig_layout and the boot-time apply both call :func:`converge`; the decisi
 Per GPU, in this order: the entries of the layout that match it (mig-parted rules, see
 _layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _mig_apply).
 NVML describes a GPU's profiles only while MIG is enabled, so a GPU whose MIG is still off is
-planned in two steps: the mode now, its instances "after MIG is enabled".
+planned in two steps: the mode now, its instances "after MIG is enabled". Its entry is still checked
+before the first change of any GPU, against what can be known with MIG off (_mig_forecast).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,6 +29,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
     match_gpus,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of
@@ -57,7 +59,7 @@ class LayoutRequest(object):
 class GpuDecision(object):
     """What one matched GPU needs: its mode, and its instance plan (None until MIG is enabled)."""
 
-    def __init__(self, gpu, match, request, allocations):
+    def __init__(self, gpu, match, request, allocations, host_gpus=None):
         self.gpu = gpu
         self.match = match
         self.wanted_enabled = match['mig_enabled']
@@ -77,6 +79,7 @@ class GpuDecision(object):
         self.instances = None
         self.plan = None
         self.deferred = False
+        self.checked_with = None
         if self.wanted_enabled:
             # The entry may depend on the GPU's memory slices (pending match): known once MIG is on.
             if gpu['mig_mode']['current'] == 'enabled' and not match['pending']:
@@ -84,6 +87,8 @@ class GpuDecision(object):
                 self.plan = plan_gpu(gpu, self.instances, allocated=self.allocated, evictable=self.evictable)
             else:
                 self.deferred = True
+                # Refused now rather than after the mode step of this or another GPU (no half-changed host).
+                self.checked_with = check_without_mig(gpu, match, request.unmatched, request.name, host_gpus)
         elif gpu['gpu_instances']:
             # MIG goes off: every instance goes first (busy or allocated ones refuse here).
             self.plan = plan_gpu(gpu, {}, allocated=self.allocated, evictable=self.evictable)
@@ -188,6 +193,7 @@ class GpuDecision(object):
             'reboot_required': self.reboot_required,
             'deferred': self.deferred,
             'note': DEFERRED_NOTE if self.deferred else None,
+            'checked_with': self.checked_with,
             'before': layout_of(self.gpu),
             'after': self.plan.after if self.plan else ([] if not self.wanted_enabled else None),
             'actions': self.actions(),
@@ -236,7 +242,7 @@ def decide(host, request):
     matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
     by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
     allocations = allocations_of(host, request.pod_devices, request.pid_pods)
-    decisions = [GpuDecision(by_index[match['index']], match, request, allocations) for match in matched['gpus']]
+    decisions = [GpuDecision(by_index[match['index']], match, request, allocations, host['gpus']) for match in matched['gpus']]
     return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
 
 
