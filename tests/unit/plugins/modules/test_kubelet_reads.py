@@ -136,3 +136,53 @@ def test_layout_returns_the_ids_the_device_plugin_should_advertise_after_the_cha
         'nvidia.com/gpu': {'uuid': [gpus[1]['uuid']], 'index': ['1']},
     }
     assert len(cis) == 7 and result['resources'] == {'nvidia.com/mig-1g.10gb': 7, 'nvidia.com/gpu': 1}
+
+
+# ---- index device ids in the modules that change instances without evicting ------------------------------------
+
+def index_ids(run_module, gpu=0):
+    """{GPU instance start: '<gpu>:<mig device index>'}, as the device plugin (deviceIDStrategy index) names them."""
+    facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
+    assert not failed, facts
+    return dict((gi['placement']['start'], '%d:%d' % (gpu, gi['compute_instances'][0]['mig_index']))
+                for gi in facts['ansible_facts']['nvidia_mig']['gpus'][gpu]['gpu_instances'])
+
+
+def holding(kubelet, device_id, resource='nvidia.com/mig-1g.10gb'):
+    return kubelet(list_answer=encode_list_response([{'namespace': 'team', 'pod': 'p', 'containers': [
+        {'name': 'c', 'devices': {resource: [device_id]}}]}])).path
+
+
+def test_instance_refuses_to_change_a_gpu_whose_devices_pods_hold_by_index(simulated_host, run_module, kubelet):
+    from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
+    host = three_small(simulated_host)
+    socket = holding(kubelet, index_ids(run_module)[2] + '::1')
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'1g.10gb': 7}, 'pod_resources_socket': socket})
+    assert failed and 'team/p hold MIG devices by index id' in result['msg'] and 'changing its instances' in result['msg']
+    assert mutating_calls(host) == []
+    # Nothing to change: the pod's id stays valid, nothing to refuse.
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'1g.10gb': 3}, 'pod_resources_socket': socket})
+    assert not failed and not result['changed'], result
+    # The same pod by UUID: the change goes ahead and keeps its instance.
+    socket = holding(kubelet, mig_uuids(run_module)[2])
+    result, failed = run_module(nvidia_mig_instance.main, {'gpus': [0], 'instances': {'1g.10gb': 7}, 'pod_resources_socket': socket})
+    assert not failed and result['changed'], result
+
+
+def test_repack_leaves_a_gpu_whose_devices_pods_hold_by_index(simulated_host, run_module, kubelet):
+    from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
+    # 1g at 0 and 1 held, 1g at 4 idle: a repack would move the idle one (see test_repack_moves_only_idle_unallocated_instances).
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in (0, 1, 4)]}])
+    uuids = mig_uuids(run_module)
+    server = kubelet(list_answer=encode_list_response([
+        {'namespace': 'team', 'pod': 'p0', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [uuids[0]]}}]},
+        {'namespace': 'team', 'pod': 'p1', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': ['0:1']}}]}]))
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': server.path})
+    assert not failed and not result['changed'] and mutating_calls(host) == []
+    assert result['gpus'][0]['status'] == 'no_idle_move' and 'team/p1 hold MIG devices by index id' in result['gpus'][0]['reason']
+    # By UUID, the same pods let the idle instance move.
+    server = kubelet(list_answer=encode_list_response([{'namespace': 'team', 'pod': 'p%d' % s, 'containers': [
+        {'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [uuids[s]]}}]} for s in (0, 1)]))
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': server.path})
+    assert not failed and result['changed'] and result['gpus'][0]['status'] == 'repacked'
