@@ -107,7 +107,7 @@ def test_facts_read_gpus_with_mig_off_and_without_mig(simulated_host, run_module
 @pytest.mark.parametrize('model, resetless', [('H100-SXM5-80GB', True), ('B200', True), ('A100-SXM4-80GB', False)])
 def test_a_pending_change_on_an_idle_gpu(simulated_host, run_module, model, resetless):
     host = simulated_host([{'model': model, 'mig': {'current': 'disabled', 'pending': 'enabled'}}])
-    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'allow_reset': True})
     assert not failed and result['gpus'][0]['after'] == ENABLED, result
     assert [c['call'] for c in mutating_calls(host)] == (['nvmlDeviceSetMigMode'] if resetless else ['simulate_gpu_reset'])
     assert result['gpus'][0]['reset_performed'] is not resetless
