@@ -130,3 +130,13 @@ def test_the_forecast_says_what_it_cannot_know(simulated_host):
     assert check_without_mig(off, match).startswith('nothing yet: MIG is off')
     # MIG stays off: nothing to check.
     assert check_without_mig(off, dict(match, mig_enabled=False)) is None
+
+
+def test_keys_of_one_plain_profile_add_up_on_the_forecast(simulated_host):
+    host = simulated_host([{'model': 'H100-SXM5-80GB'}])
+    # 1g.10gb and 1g.10gb+me share the seven 1-slice placements: eight do not fit, seven do.
+    with pytest.raises(PlanningError):
+        decide(read_host(), request({'1g.10gb': 7, '1g.10gb+me': 1}))
+    assert decide(read_host(), request({'1g.10gb': 6, '1g.10gb+me': 1})).gpus[0].deferred
+    assert decide(read_host(), request({'1g.10gb': 'max', '1g.10gb+me': 1})).gpus[0].deferred
+    assert mutating_calls(host) == []
