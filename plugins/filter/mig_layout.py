@@ -28,6 +28,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
 from ansible_collections.gpufleet.mig.plugins.module_utils._rollout_plan import (
     RolloutSettingsError,
     fleet_plan,
+    instances_text,
     progress,
     rollout_settings,
 )
@@ -121,6 +122,11 @@ def mig_layout_rollout_progress(batch_hosts, hosts, settings, failed, check_mode
     return progress(list(hosts), list(batch_hosts), settings, list(failed), check_mode)
 
 
+def mig_layout_instances(instances):
+    """GPU instances (each with ``profile``) as the fleet plan writes them: ``7x1g.10gb``, ``no instances``."""
+    return instances_text(instances)
+
+
 def mig_layout_fleet_plan(hosts, hostvars, layout, check_mode=False):
     """The fleet plan of the rollout from each host's decision and outcome (the facts the rollout and the role leave)."""
     records = []
@@ -164,4 +170,5 @@ class FilterModule(object):
             'mig_layout_rollout_settings': mig_layout_rollout_settings,
             'mig_layout_rollout_progress': mig_layout_rollout_progress,
             'mig_layout_fleet_plan': mig_layout_fleet_plan,
+            'mig_layout_instances': mig_layout_instances,
         }
