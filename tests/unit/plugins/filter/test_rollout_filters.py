@@ -134,3 +134,9 @@ def test_fleet_plan_filter_reads_each_hosts_facts():
     assert plan['refused'] == {'b': 'GPU 0: busy [4242]', 'c': 'unreachable'}
     assert plan['not_reached'] == ['d']
     assert plan['totals']['hosts_in_layout'] == 1 and plan['check_mode'] is True
+
+
+def test_instances_filter_writes_them_as_the_plan_does():
+    gpu_instances = [{'profile': '1g.10gb'}, {'profile': '3g.40gb'}, {'profile': '1g.10gb'}]
+    assert FILTERS['mig_layout_instances'](gpu_instances) == '1x3g.40gb + 2x1g.10gb'
+    assert FILTERS['mig_layout_instances']([]) == 'no instances'
