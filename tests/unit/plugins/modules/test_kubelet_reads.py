@@ -8,7 +8,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import fcntl
-import os
 import shutil
 import tempfile
 
