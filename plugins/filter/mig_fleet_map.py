@@ -703,7 +703,6 @@ def _attach_plan(views, plan, where):
         }
 
 
-
 def _dom_ids(hosts):
     """A unique, attribute-safe element id per host, derived from its name."""
     used = set()
@@ -811,8 +810,8 @@ def gpu_attention(host, gpu, fragmentation_above, stranded_above):
         switches.append('a switch to %s planned' % plan['layout'])
     if switches and _busy(gpu):
         pids = sorted(set(gpu['processes']) | set(p for gi in gpu['instances'] for p in gi['pids']))
-        found.append(('busy-switch-pending', 'busy (pid %s) while %s' % (', '.join(str(p) for p in pids) or '?',
-                                                                        ', '.join(switches))))
+        pid_text = ', '.join(str(p) for p in pids) or '?'
+        found.append(('busy-switch-pending', 'busy (pid %s) while %s' % (pid_text, ', '.join(switches))))
     return found
 
 

@@ -204,4 +204,3 @@ def test_facts_metrics_map_and_repack_read_the_same_figures(instances, stranded,
     status = nvidia_mig_repack.plan_repack(gpu, {}, thresholds)[0]
     assert status == ('repacked' if stranded else 'below_threshold')
     assert nvidia_mig_repack.plan_repack(gpu, {}, {'fragmentation_above': fragmentation, 'stranded_above': stranded})[0] == 'below_threshold'
-
