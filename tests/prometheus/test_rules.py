@@ -1,0 +1,231 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The shipped Prometheus rules (roles/mig_layout/files/prometheus/gpufleet-mig.rules.yml) under promtool.
+
+- ``promtool check rules`` accepts the file;
+- ``promtool test rules tests/prometheus/alerts_test.yml``: each alert on the series that should raise it;
+- generated from the collection's own code (nvidia_mig_layout and the metrics timer on simulated hosts, the
+  shipped catalog), so that a regression of the metrics' definitions breaks them: every shipped layout on every
+  simulated model raises no alert, nor does a fleet mid-rollout; a GPU fragmented by churn raises MigFragmented
+  and MigStrandedCapacity;
+- the alert texts name host and GPU and link their section of docs/metrics.md, which points at the file.
+
+Run: PYTHONPATH=build/collections .venv/bin/python -m pytest -q -p no:cacheprovider tests/prometheus
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from ansible_collections.gpufleet.mig.tests.prometheus.fleet import REPO, RULES, SimulatedFleet, Timeline, parse_exposition
+import gpufleet_nvml_sim as simulator
+
+ALERTS_TEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'alerts_test.yml')
+METRICS_DOC = os.path.join(REPO, 'docs', 'metrics.md')
+MIG_MODELS = sorted(key for key, model in simulator.MODELS.items() if model['mig_capable'])
+WITHOUT_MIG = sorted(key for key, model in simulator.MODELS.items() if not model['mig_capable'])
+# Alerts about one host as a whole: every other alert names a GPU.
+HOST_ALERTS = ('MigLayoutApplyFailed', 'MigMetricsStale')
+
+
+def rules():
+    with open(RULES) as handle:
+        return [rule for group in yaml.safe_load(handle)['groups'] for rule in group['rules']]
+
+
+def alerts():
+    return [rule for rule in rules() if 'alert' in rule]
+
+
+def promtool(binaries, *args):
+    started = time.monotonic()
+    result = subprocess.run([binaries['promtool']] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, timeout=300, check=False)
+    print('promtool %s: %.1f s' % (args[0:2], time.monotonic() - started))
+    return result.returncode, result.stdout
+
+
+def run_rule_tests(binaries, directory, name, timeline, alert_tests, expr_tests=()):
+    """One promtool unit test of the shipped rules on a Timeline's series, evaluated at each scrape; asserts that
+    it passes."""
+    input_series = timeline.input_series(directory)
+    interval = '%dm' % timeline.step
+    document = {
+        'rule_files': [RULES],
+        'evaluation_interval': interval,
+        'tests': [{'name': name, 'interval': interval, 'input_series': input_series,
+                   'alert_rule_test': list(alert_tests), 'promql_expr_test': list(expr_tests)}],
+    }
+    path = os.path.join(str(directory), '%s_test.yml' % re.sub(r'\W+', '_', name))
+    with open(path, 'w') as handle:
+        yaml.safe_dump(document, handle, sort_keys=False)
+    rc, output = promtool(binaries, 'test', 'rules', path)
+    assert rc == 0 and 'SUCCESS' in output, '%s (%d series, %d scrapes, %s):\n%s' % (
+        name, len(input_series), timeline.steps, path, output[-6000:])
+
+
+def silent(at):
+    """No alert of the shipped file at any of the times ``at``."""
+    return [{'eval_time': time_, 'alertname': rule['alert'], 'exp_alerts': []} for time_ in at for rule in alerts()]
+
+
+def every_gpu_model():
+    return [{'model': model} for model in MIG_MODELS + WITHOUT_MIG]
+
+
+# ---- the file itself ------------------------------------------------------------------------------------------
+
+def test_promtool_accepts_the_shipped_rules(prometheus_binaries):
+    rc, output = promtool(prometheus_binaries, 'check', 'rules', RULES)
+    assert rc == 0, output
+    assert 'SUCCESS: %d rules found' % len(rules()) in output, output
+
+
+def test_the_alert_unit_tests_pass(prometheus_binaries):
+    rc, output = promtool(prometheus_binaries, 'test', 'rules', ALERTS_TEST)
+    assert rc == 0 and 'SUCCESS' in output, output
+
+
+def test_every_rule_has_a_unit_test_that_expects_it():
+    """Each alert fires in alerts_test.yml and each recorded series is checked there: a new rule needs a test."""
+    with open(ALERTS_TEST) as handle:
+        tests = yaml.safe_load(handle)['tests']
+    firing = set(case['alertname'] for test in tests for case in test.get('alert_rule_test', []) if case['exp_alerts'])
+    recorded = set(case['expr'] for test in tests for case in test.get('promql_expr_test', []) if case['exp_samples'])
+    assert firing == set(rule['alert'] for rule in alerts())
+    assert recorded == set(rule['record'] for rule in rules() if 'record' in rule)
+
+
+def _anchor(heading):
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r'[^a-z0-9 _-]', '', heading.strip().lower()).replace(' ', '-')
+
+
+def test_alert_texts_name_host_and_gpu_and_link_their_docs_section():
+    with open(os.path.join(REPO, 'galaxy.yml')) as handle:
+        documentation = yaml.safe_load(handle)['documentation'].rstrip('/')
+    with open(METRICS_DOC) as handle:
+        anchors = set(_anchor(line.lstrip('#')) for line in handle if line.startswith('#'))
+    for rule in alerts():
+        name, annotations = rule['alert'], rule['annotations']
+        assert '{{ $labels.instance }}' in annotations['summary'], name
+        assert '{{ $labels.instance }}' in annotations['description'], name
+        if name not in HOST_ALERTS:
+            assert '{{ $labels.gpu }}' in annotations['summary'] and '{{ $labels.uuid }}' in annotations['description'], name
+        url = annotations['runbook_url']
+        assert url == '%s/metrics.md#%s' % (documentation, name.lower()), name
+        assert name.lower() in anchors, 'docs/metrics.md has no section %s for the runbook_url of %s' % (name, name)
+        assert rule['labels']['severity'] in ('critical', 'warning', 'info'), name
+
+
+def test_the_docs_point_at_the_rule_file_instead_of_repeating_it():
+    with open(METRICS_DOC) as handle:
+        doc = handle.read()
+    assert 'roles/mig_layout/files/prometheus/gpufleet-mig.rules.yml' in doc
+    assert not re.search(r'(?m)^\s*- (alert|record):', doc), 'docs/metrics.md repeats rules: link the rule file instead'
+    for rule in rules():
+        assert '`%s`' % rule.get('alert', rule.get('record')) in doc, 'docs/metrics.md does not describe %s' % rule
+
+
+# ---- series written by the collection's own code ---------------------------------------------------------------
+
+@pytest.fixture
+def fleet(tmp_path, run_module, monkeypatch):
+    return SimulatedFleet(tmp_path / 'hosts', run_module, monkeypatch)
+
+
+def test_every_shipped_layout_on_every_model_raises_no_alert(prometheus_binaries, fleet, tmp_path):
+    """One host per shipped layout, each with one GPU of every simulated model, for 25 hours: no alert, nothing
+    stranded or fragmented, every GPU in its layout (an optimally used GPU scores 0, whatever its model)."""
+    timeline = Timeline(minutes=25 * 60, step=5)
+    for layout in sorted(fleet.catalog):
+        host = fleet.host(layout, every_gpu_model())
+        assert host.apply(layout)['in_layout'], layout
+        timeline.show(layout, 0, host.metrics())
+    run_rule_tests(prometheus_binaries, tmp_path, 'every shipped layout on every model', timeline, silent(['30m', '6h30m', '25h']), [
+                       {'expr': 'max(gpufleet_mig_stranded_slices)', 'eval_time': '1h', 'exp_samples': [{'labels': '{}', 'value': 0}]},
+                       {'expr': 'max(gpufleet_mig_fragmentation_ratio)', 'eval_time': '1h', 'exp_samples': [{'labels': '{}', 'value': 0}]},
+                       {'expr': 'sum(model:gpufleet_mig_stranded_slice_hours:increase1d)', 'eval_time': '25h',
+                        'exp_samples': [{'labels': '{}', 'value': 0}]},
+                       {'expr': 'sum(layout:gpufleet_mig_gpus_out_of_layout:sum)', 'eval_time': '1h',
+                        'exp_samples': [{'labels': '{}', 'value': 0}]},
+                       {'expr': 'layout:gpufleet_mig_gpus_unmatched:sum', 'eval_time': '1h', 'exp_samples': []},
+                       {'expr': 'count(count by (model) (gpufleet_mig_mode_enabled))', 'eval_time': '1h',
+                        'exp_samples': [{'labels': '{}', 'value': len(MIG_MODELS)}]},
+                   ] + [{'expr': 'layout:gpufleet_mig_gpus_in_layout:sum{layout="%s"}' % layout, 'eval_time': '1h',
+                         'exp_samples': [{'labels': 'layout:gpufleet_mig_gpus_in_layout:sum{layout="%s"}' % layout,
+                                          'value': len(MIG_MODELS)}]} for layout in sorted(fleet.catalog)])
+
+
+def test_a_fleet_mid_rollout_within_its_budget_raises_no_alert(prometheus_binaries, fleet, tmp_path):
+    """daytime -> nighttime, one host at a time: a host already switched, one in the middle of its change (the
+    role's decision declares nighttime 30 minutes in, the apply lands 10 minutes later), one not reached yet."""
+    models = [{'model': model} for model in ('A100-SXM4-80GB', 'A30', 'H100-SXM5-80GB', 'H200', 'L40S')]
+    timeline = Timeline(minutes=3 * 60)
+    switched, changing, waiting = (fleet.host(name, models) for name in ('switched', 'changing', 'waiting'))
+    for host in (switched, changing, waiting):
+        host.apply('daytime')
+    switched.apply('nighttime')
+    timeline.show('switched', 0, switched.metrics())
+    timeline.show('waiting', 0, waiting.metrics())
+    timeline.show('changing', 0, changing.metrics())
+    assert not changing.decide('nighttime')['in_layout']
+    timeline.show('changing', 30, changing.metrics())
+    assert changing.apply('nighttime')['in_layout']
+    timeline.show('changing', 40, changing.metrics())
+    out_of_layout = [labels['gpu'] for name, labels, value in parse_exposition(timeline.shown['changing'][30])
+                     if name == 'gpufleet_mig_gpu_in_layout' and value == 0]
+    assert len(out_of_layout) == 4, 'the decision must show the changing host out of its new layout'
+    run_rule_tests(prometheus_binaries, tmp_path, 'a fleet mid-rollout', timeline, silent(['35m', '45m', '3h']), [
+                       {'expr': 'layout:gpufleet_mig_gpus_out_of_layout:sum', 'eval_time': '35m', 'exp_samples': [
+                           {'labels': 'layout:gpufleet_mig_gpus_out_of_layout:sum{layout="daytime"}', 'value': 0},
+                           {'labels': 'layout:gpufleet_mig_gpus_out_of_layout:sum{layout="nighttime"}', 'value': 4}]},
+                       {'expr': 'layout:gpufleet_mig_hosts:count', 'eval_time': '45m', 'exp_samples': [
+                           {'labels': 'layout:gpufleet_mig_hosts:count{layout="daytime"}', 'value': 1},
+                           {'labels': 'layout:gpufleet_mig_hosts:count{layout="nighttime"}', 'value': 2}]},
+                   ])
+
+
+def test_a_gpu_fragmented_by_churn_raises_mig_fragmented_and_stranded_capacity(prometheus_binaries, fleet, tmp_path):
+    """Two A100s in a custom layout of two 1g instances: GPU 1 holds them as the module placed them; on GPU 0
+    pods came and went and left them at slices 1 and 5 (written into the simulated GPU, then read by the metrics
+    timer's command), so that neither a 3g nor a 4g fits in six free slices, where the same two instances,
+    packed, would leave room for a 4g and a 2g."""
+    fleet.catalog['two-small'] = [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g': 2}}]
+    host = fleet.host('churned', [{'model': 'A100-SXM4-80GB'}, {'model': 'A100-SXM4-80GB'}])
+    host.apply('two-small')
+    host.edit_state(lambda state: state['gpus'][0].update(gpu_instances=[
+        {'profile': '1g.10gb', 'start': start, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for start in (1, 5)]))
+    host.refresh()
+    metrics = host.metrics()
+    figures = dict(((name, labels['gpu']), value) for name, labels, value in parse_exposition(metrics) if 'gpu' in labels)
+    assert figures[('gpufleet_mig_gpu_in_layout', '0')] == 1, 'the churned GPU still holds its two instances:\n' + metrics
+    assert figures[('gpufleet_mig_stranded_slices', '0')] > 0 and figures[('gpufleet_mig_fragmentation_ratio', '0')] > 0.5, metrics
+    assert figures[('gpufleet_mig_stranded_slices', '1')] == 0 and figures[('gpufleet_mig_fragmentation_ratio', '1')] == 0, metrics
+    timeline = Timeline(minutes=14 * 60)
+    timeline.show('churned', 0, metrics)
+    uuid = [labels['uuid'] for name, labels, value in parse_exposition(metrics) if labels.get('gpu') == '0'][0]
+    gpu0 = 'instance="churned:9100",job="node",gpu="0",model="NVIDIA A100-SXM4-80GB",severity="info",uuid="%s"' % uuid
+
+    def firing(alert, at, expected):
+        """ALERTS of ``alert`` at ``at``: only GPU 0's, or none (``expected`` False)."""
+        return {'expr': 'ALERTS{alertname="%s",alertstate="firing"}' % alert, 'eval_time': at, 'exp_samples': [
+            {'labels': 'ALERTS{alertname="%s",alertstate="firing",%s}' % (alert, gpu0), 'value': 1}] if expected else []}
+    # MigStrandedCapacity fires past 12 slice-hours: after 12 / stranded hours.
+    fires_after = int(12.0 * 60 / figures[('gpufleet_mig_stranded_slices', '0')])
+    run_rule_tests(prometheus_binaries, tmp_path, 'a GPU fragmented by churn', timeline, [
+        {'eval_time': '14h', 'alertname': alert, 'exp_alerts': []}
+        for alert in ('MigLayoutApplyFailed', 'MigGpuOutOfLayout', 'MigGpuUnmatched', 'MigMetricsStale')], [
+        firing('MigFragmented', '5h59m', False),
+        firing('MigFragmented', '6h1m', True),
+        firing('MigStrandedCapacity', '%dm' % (fires_after - 2), False),
+        firing('MigStrandedCapacity', '%dm' % (fires_after + 2), True),
+    ])
