@@ -68,6 +68,7 @@ class GpuDecision(object):
         self.allocated = held.get('instances', {})
         self.evictable = request.evictable
         self.gpu_pods = list(held.get('gpu', [])) if self.mode.changed else []
+        self.index_pods = list(held.get('index_pods', []))
         problem = self.mode.problem()
         if problem and self.evictable and not self._pids_outside_pods(held):
             problem = None      # every process and pod is one evicted first
@@ -86,6 +87,13 @@ class GpuDecision(object):
         elif gpu['gpu_instances']:
             # MIG goes off: every instance goes first (busy or allocated ones refuse here).
             self.plan = plan_gpu(gpu, {}, allocated=self.allocated, evictable=self.evictable)
+        if self.index_id_pods() and not self.evictable:
+            raise PlanningError(
+                'GPU %d: pod(s) %s hold MIG devices by index id (<gpu>:<mig device>, the device plugin\'s deviceIDStrategy '
+                'index), a position in the GPU\'s list of MIG devices; the change layout %s needs on this GPU shifts those '
+                'positions, so an id would name another instance. Nothing was changed: evict those pods first (the '
+                'mig_layout role does), or run the device plugin with deviceIDStrategy uuid'
+                % (self.index, ', '.join(self.index_id_pods()), request.name))
 
     def _pids_outside_pods(self, held):
         """Processes on the GPU that no pod holding it (or their instance) accounts for."""
@@ -130,12 +138,38 @@ class GpuDecision(object):
                  'allocated_to': list(self.allocated.get(gi['id'], []))}
                 for gi in self.gpu['gpu_instances'] if gi['id'] in ids]
 
+    def index_id_pods(self):
+        """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change.
+
+        A '<gpu>:<mig device>' id is a position in NVML's list of the GPU's MIG devices. Any instance
+        created or destroyed on the GPU may move the others in that list (the order NVML gives them is
+        not documented), so after any change an id may name another instance: the kubelet would then
+        hand a held instance to a second pod. Every such pod goes, whichever instance it holds.
+        """
+        changes = self.mode.changed or bool(self.plan and self.plan.changed)
+        return list(self.index_pods) if changes else []
+
+    def eviction_reasons(self):
+        """{pod: why it must be gone before this GPU changes}: on an instance the plan destroys, on the whole
+        GPU when its mode changes, or holding an index id on a GPU whose MIG devices change."""
+        reasons = {}
+        for pod in self.gpu_pods:
+            reasons.setdefault(pod, 'holds GPU %d, whose MIG mode changes' % self.index)
+        for instance in self.destroyed_instances():
+            for pod in instance['allocated_to']:
+                reasons.setdefault(pod, 'holds GPU %d\'s GPU instance %d (%s), which the layout destroys'
+                                   % (self.index, instance['id'], instance['profile']))
+        for pod in self.index_id_pods():
+            reasons.setdefault(pod, 'holds a MIG device of GPU %d by index id, which would name another instance once '
+                                    'the GPU\'s MIG devices change' % self.index)
+        return reasons
+
     def pods_to_evict(self):
-        """Pods that must be gone before this GPU changes: on instances the plan destroys, or on the
-        whole GPU when its mode changes."""
+        """Pods that must be gone before this GPU changes (see :meth:`eviction_reasons`), in that order."""
         pods = list(self.gpu_pods)
         for instance in self.destroyed_instances():
             pods.extend(p for p in instance['allocated_to'] if p not in pods)
+        pods.extend(p for p in self.index_id_pods() if p not in pods)
         return pods
 
     def as_dict(self):
@@ -159,6 +193,7 @@ class GpuDecision(object):
             'actions': self.actions(),
             'destroyed_instances': self.destroyed_instances(),
             'pods_to_evict': self.pods_to_evict(),
+            'index_id_pods': self.index_id_pods(),
             'free_space_after': self.plan.analysis if self.plan else None,
         }
 
@@ -185,6 +220,14 @@ class HostDecision(object):
         for gpu in self.gpus:
             pods.extend(p for p in gpu.pods_to_evict() if p not in pods)
         return sorted(pods)
+
+    def eviction_reasons(self):
+        """{pod: reason} for every pod of :meth:`pods_to_evict` (a pod on several GPUs: every reason, joined)."""
+        reasons = {}
+        for gpu in self.gpus:
+            for pod, reason in sorted(gpu.eviction_reasons().items()):
+                reasons[pod] = '%s; %s' % (reasons[pod], reason) if pod in reasons else reason
+        return reasons
 
 
 def decide(host, request):

@@ -148,6 +148,7 @@ class NvmlBackend(object):
             'pci_bus_id': _text(pci.busId),
             'architecture': _ARCHITECTURES.get(self._call(index, 'read architecture', pynvml.nvmlDeviceGetArchitecture, handle), 'unknown'),
             'memory_total_mib': self._call(index, 'read memory', pynvml.nvmlDeviceGetMemoryInfo, handle).total // (1024 * 1024),
+            'minor_number': self._minor_number(index, handle),
             'mig_capable': True,
             'mig_mode': {'current': 'disabled', 'pending': 'disabled'},
             'profiles': [],
@@ -174,6 +175,16 @@ class NvmlBackend(object):
             gpu['profiles'], gpu['unsupported_profiles'] = self._profiles(index, handle, gi_profiles, gpu['gpu_instances'])
             gpu['profiles_known'] = True
         return gpu
+
+    def _minor_number(self, index, handle):
+        """The GPU's /dev/nvidia<minor>: NVIDIA's DRA driver names devices by it (gpu-<minor>...), and it
+        need not equal the NVML index. None where NVML cannot tell (then DRA devices cannot be mapped)."""
+        try:
+            return pynvml.nvmlDeviceGetMinorNumber(handle)
+        except pynvml.NVMLError as exc:
+            if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                return None
+            raise BackendError('GPU %d: read minor number failed: %s' % (index, _nvml_error_name(exc)))
 
     def _gi_profile_infos(self, index, handle):
         """(enum, v2 profile info) of every GPU instance profile the GPU offers (MIG must be enabled)."""

@@ -161,21 +161,6 @@ def test_bad_layout_is_refused_with_the_reason(simulated_host, run_module, host_
     assert disabled.read()['gpus'][0]['mig']['current'] == 'enabled' and not disabled.read()['gpus'][0]['gpu_instances']
 
 
-def test_record_failure_only_records(simulated_host, run_module, host_paths, tmp_path):
-    host = simulated_host([{'model': 'A30'}])
-    # It reads no pods: a kubelet socket that cannot be read keeps no failure unrecorded.
-    unreadable = tmp_path / 'kubelet.sock'
-    unreadable.write_text('')
-    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, record_failure='eviction refused by a PodDisruptionBudget',
-                                                                    pod_resources_socket=str(unreadable)))
-    assert not failed and not result['changed'] and mutating_calls(host) == []
-    assert result == {'changed': False, 'layout': 'all-disabled', 'recorded': 'eviction refused by a PodDisruptionBudget'}
-    record = json.loads(read(os.path.join(host_paths['config_dir'], 'last_apply.json')))
-    assert record == dict(record, result='failed', source='ansible', layout='all-disabled', message='eviction refused by a PodDisruptionBudget')
-    metrics = read(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom'))
-    assert 'gpufleet_mig_layout_last_apply_success{layout="all-disabled",source="ansible"} 0' in metrics
-
-
 # ---- systemd: units, GPU clients, other owners -------------------------------------------
 
 @pytest.fixture
@@ -495,9 +480,9 @@ def test_metrics_per_instance_with_their_pods_and_unmatched_gpus(simulated_host,
     assert re.search(r'(?m)^gpufleet_mig_gpu_unmatched\{gpu="1",model="NVIDIA H100 80GB HBM3",.*\} 1$', metrics)
     assert re.search(r'(?m)^gpufleet_mig_gpu_in_layout\{gpu="0",.*\} 1$', metrics)
     assert 'gpufleet_mig_gpu_in_layout{gpu="1"' not in metrics
-    # Seven 1g on an A100 strand one slice; the first refresh starts the count.
+    # Seven 1g on an A100 strand nothing (slice 7 is free, but every compute slice is taken); the first refresh starts the count.
     assert re.search(r'(?m)^gpufleet_mig_stranded_slice_seconds_total\{gpu="0",model="NVIDIA A100-SXM4-80GB",uuid="GPU-[^"]+"\} 0.0$', metrics)
-    assert re.search(r'(?m)^gpufleet_mig_stranded_slices\{gpu="0",.*\} 1$', metrics)
+    assert re.search(r'(?m)^gpufleet_mig_stranded_slices\{gpu="0",.*\} 0$', metrics)
 
 
 def test_stranded_slice_seconds_add_up_between_refreshes(tmp_path):
@@ -689,3 +674,69 @@ def test_repack_moves_the_idle_instance_beside_a_busy_one(simulated_host, run_mo
     result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off'})
     assert not failed and not result['changed'] and result['gpus'][0]['status'] == 'no_idle_move'
     assert len(mutating_calls(host)) == calls
+
+
+# ---- index device ids (deviceIDStrategy index) ------------------------------------------------------
+
+KEEP_THREE_AND_3G = {'mixed': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 3, '3g.40gb': 1}}]}
+
+
+def index_ids(run_module, gpu=0):
+    """{GPU instance start: '<gpu>:<mig device index>'} as the device plugin (deviceIDStrategy index) names them."""
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
+    assert not failed, facts
+    return dict((gi['placement']['start'], '%d:%d' % (gpu, gi['compute_instances'][0]['mig_index']))
+                for gi in facts['ansible_facts']['nvidia_mig']['gpus'][gpu]['gpu_instances'])
+
+
+def test_index_ids_shift_when_an_instance_before_them_goes(simulated_host, run_module, host_paths, kubelet_with):
+    # Why index ids need a rule: the 1g at 4 is kept (a pod holds it by UUID), 3g.40gb at 0 replaces 0-3, and the
+    # kept instance moves in the GPU's list of MIG devices (the simulator lists them by placement).
+    seven_small(simulated_host)
+    before = index_ids(run_module)
+    assert before[4] == '0:4'
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [4]))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert not failed, result
+    after = index_ids(run_module)
+    assert sorted(after) == [0, 4, 5, 6] and after[4] != '0:4'
+
+
+def test_a_pod_holding_an_index_id_on_a_gpu_that_changes_is_evicted_never_remapped(simulated_host, run_module, host_paths, kubelet_with):
+    host = seven_small(simulated_host)
+    ids, uuids = index_ids(run_module), mig_uuids(run_module)
+    # p4 holds the kept instance at 4 by index id, p5 the kept one at 5 by UUID; 0-3 are idle.
+    socket = kubelet_with([
+        {'namespace': 'team', 'pod': 'p4', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [ids[4]]}}]},
+        {'namespace': 'team', 'pod': 'p5', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb.shared': [uuids[5] + '::1']}}]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed, result
+    gpu = result['gpus'][0]
+    # Only idle instances are destroyed, yet the index-id pod must go; the UUID one stays.
+    assert all(not d['allocated_to'] for d in gpu['destroyed_instances'])
+    assert result['pods_to_evict'] == ['team/p4'] and gpu['index_id_pods'] == ['team/p4']
+    assert 'by index id' in result['eviction_reasons']['team/p4'] and list(result['eviction_reasons']) == ['team/p4']
+    # The apply refuses while the pod still holds the index id: nothing changes.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert failed and 'team/p4 hold MIG devices by index id' in result['msg'] and 'Nothing was changed' in result['msg']
+    assert mutating_calls(host) == []
+    # Once it is gone (evicted), the change goes ahead and the UUID pod keeps its instance.
+    socket = kubelet_with([
+        {'namespace': 'team', 'pod': 'p5', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb.shared': [uuids[5] + '::1']}}]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert not failed and result['in_layout'], result
+    assert mig_uuids(run_module)[5] == uuids[5]
+
+
+def test_index_ids_on_a_gpu_that_does_not_change_stay(simulated_host, run_module, host_paths, kubelet_with):
+    seven_small(simulated_host)
+    ids = index_ids(run_module)
+    socket = kubelet_with([{'namespace': 'team', 'pod': 'p%d' % s, 'containers': [
+        {'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [ids[s] + '::0']}}]} for s in (0, 3, 6)])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, pod_resources_socket=socket, apply=False, evict=True))
+    assert not failed and result['in_layout'] and result['pods_to_evict'] == [] and result['eviction_reasons'] == {}
+    assert result['gpus'][0]['index_id_pods'] == []
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, pod_resources_socket=socket))
+    assert not failed and not result['actions']
