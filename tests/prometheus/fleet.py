@@ -10,6 +10,7 @@
                 .input_series(): promtool's input_series of a scrape every ``step`` minutes, with the stranded
                 slice-seconds counter advanced at each scrape by the metrics code's own accumulate_stranded, and
                 node_exporter's node_textfile_mtime_seconds of a file the timer keeps refreshing
+    shipped_catalog(), shipped_rules()   the role's layout catalog; the rules of the shipped rule file
     parse_exposition(text)   [(name, {label: value}, value)] of a textfile (comments skipped)
     promtool_values(values)  one series' values per step (None: not scraped) in promtool's notation
 """
@@ -46,6 +47,12 @@ def shipped_catalog():
     """mig-configs of the catalog the role ships."""
     with open(CATALOG) as handle:
         return yaml.safe_load(handle)['mig-configs']
+
+
+def shipped_rules():
+    """Every rule of the shipped rule file, alerts and recording rules, in order."""
+    with open(RULES) as handle:
+        return [rule for group in yaml.safe_load(handle)['groups'] for rule in group['rules']]
 
 
 def parse_exposition(text):
