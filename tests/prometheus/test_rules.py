@@ -76,6 +76,12 @@ def silent(at):
     return [{'eval_time': time_, 'alertname': rule['alert'], 'exp_alerts': []} for time_ in at for rule in alerts()]
 
 
+def expect(expr, at, samples):
+    """A promql_expr_test: ``expr`` at ``at`` gives exactly ``samples`` ({series: value})."""
+    return {'expr': expr, 'eval_time': at,
+            'exp_samples': [{'labels': labels, 'value': value} for labels, value in sorted(samples.items())]}
+
+
 def every_gpu_model():
     return [{'model': model} for model in MIG_MODELS + WITHOUT_MIG]
 
@@ -152,19 +158,18 @@ def test_every_shipped_layout_on_every_model_raises_no_alert(prometheus_binaries
         host = fleet.host(layout, every_gpu_model())
         assert host.apply(layout)['in_layout'], layout
         timeline.show(layout, 0, host.metrics())
-    run_rule_tests(prometheus_binaries, tmp_path, 'every shipped layout on every model', timeline, silent(['30m', '6h30m', '7h']), [
-                       {'expr': 'max(gpufleet_mig_stranded_slices)', 'eval_time': '1h', 'exp_samples': [{'labels': '{}', 'value': 0}]},
-                       {'expr': 'max(gpufleet_mig_fragmentation_ratio)', 'eval_time': '1h', 'exp_samples': [{'labels': '{}', 'value': 0}]},
-                       {'expr': 'sum(model:gpufleet_mig_stranded_slice_hours:increase1d)', 'eval_time': '7h',
-                        'exp_samples': [{'labels': '{}', 'value': 0}]},
-                       {'expr': 'sum(layout:gpufleet_mig_gpus_out_of_layout:sum)', 'eval_time': '1h',
-                        'exp_samples': [{'labels': '{}', 'value': 0}]},
-                       {'expr': 'layout:gpufleet_mig_gpus_unmatched:sum', 'eval_time': '1h', 'exp_samples': []},
-                       {'expr': 'count(count by (model) (gpufleet_mig_mode_enabled))', 'eval_time': '1h',
-                        'exp_samples': [{'labels': '{}', 'value': len(MIG_MODELS)}]},
-                   ] + [{'expr': 'layout:gpufleet_mig_gpus_in_layout:sum{layout="%s"}' % layout, 'eval_time': '1h',
-                         'exp_samples': [{'labels': 'layout:gpufleet_mig_gpus_in_layout:sum{layout="%s"}' % layout,
-                                          'value': len(MIG_MODELS)}]} for layout in sorted(fleet.catalog)])
+    run_rule_tests(prometheus_binaries, tmp_path, 'every shipped layout on every model', timeline,
+                   silent(['30m', '6h30m', '7h']), [
+                       expect('max(gpufleet_mig_stranded_slices)', '1h', {'{}': 0}),
+                       expect('max(gpufleet_mig_fragmentation_ratio)', '1h', {'{}': 0}),
+                       expect('sum(model:gpufleet_mig_stranded_slice_hours:increase1d)', '7h', {'{}': 0}),
+                       expect('sum(layout:gpufleet_mig_gpus_out_of_layout:sum)', '1h', {'{}': 0}),
+                       expect('layout:gpufleet_mig_gpus_unmatched:sum', '1h', {}),
+                       expect('count(count by (model) (gpufleet_mig_mode_enabled))', '1h', {'{}': len(MIG_MODELS)}),
+                       expect('layout:gpufleet_mig_gpus_in_layout:sum', '1h', dict(
+                           ('layout:gpufleet_mig_gpus_in_layout:sum{layout="%s"}' % layout, len(MIG_MODELS))
+                           for layout in fleet.catalog)),
+                   ])
 
 
 def test_a_fleet_mid_rollout_within_its_budget_raises_no_alert(prometheus_binaries, fleet, tmp_path):
@@ -187,13 +192,13 @@ def test_a_fleet_mid_rollout_within_its_budget_raises_no_alert(prometheus_binari
                      if name == 'gpufleet_mig_gpu_in_layout' and value == 0]
     assert len(out_of_layout) == 4, 'the decision must show the changing host out of its new layout'
     run_rule_tests(prometheus_binaries, tmp_path, 'a fleet mid-rollout', timeline, silent(['35m', '45m', '3h']), [
-                       {'expr': 'layout:gpufleet_mig_gpus_out_of_layout:sum', 'eval_time': '35m', 'exp_samples': [
-                           {'labels': 'layout:gpufleet_mig_gpus_out_of_layout:sum{layout="daytime"}', 'value': 0},
-                           {'labels': 'layout:gpufleet_mig_gpus_out_of_layout:sum{layout="nighttime"}', 'value': 4}]},
-                       {'expr': 'layout:gpufleet_mig_hosts:count', 'eval_time': '45m', 'exp_samples': [
-                           {'labels': 'layout:gpufleet_mig_hosts:count{layout="daytime"}', 'value': 1},
-                           {'labels': 'layout:gpufleet_mig_hosts:count{layout="nighttime"}', 'value': 2}]},
-                   ])
+        expect('layout:gpufleet_mig_gpus_out_of_layout:sum', '35m', {
+            'layout:gpufleet_mig_gpus_out_of_layout:sum{layout="daytime"}': 0,
+            'layout:gpufleet_mig_gpus_out_of_layout:sum{layout="nighttime"}': 4}),
+        expect('layout:gpufleet_mig_hosts:count', '45m', {
+            'layout:gpufleet_mig_hosts:count{layout="daytime"}': 1,
+            'layout:gpufleet_mig_hosts:count{layout="nighttime"}': 2}),
+    ])
 
 
 def test_a_gpu_fragmented_by_churn_raises_mig_fragmented_and_stranded_capacity(prometheus_binaries, fleet, tmp_path):
@@ -219,8 +224,8 @@ def test_a_gpu_fragmented_by_churn_raises_mig_fragmented_and_stranded_capacity(p
 
     def firing(alert, at, expected):
         """ALERTS of ``alert`` at ``at``: only GPU 0's, or none (``expected`` False)."""
-        return {'expr': 'ALERTS{alertname="%s",alertstate="firing"}' % alert, 'eval_time': at, 'exp_samples': [
-            {'labels': 'ALERTS{alertname="%s",alertstate="firing",%s}' % (alert, gpu0), 'value': 1}] if expected else []}
+        series = 'ALERTS{alertname="%s",alertstate="firing",%s}' % (alert, gpu0)
+        return expect('ALERTS{alertname="%s",alertstate="firing"}' % alert, at, {series: 1} if expected else {})
     # MigStrandedCapacity fires past 12 slice-hours: after 12 / stranded hours.
     fires_after = int(12.0 * 60 / figures[('gpufleet_mig_stranded_slices', '0')])
     run_rule_tests(prometheus_binaries, tmp_path, 'a GPU fragmented by churn', timeline, [

@@ -120,8 +120,10 @@ class Prometheus(object):
 
     def wait(self, what, expr, check, timeout=START_TIMEOUT):
         """Poll ``expr`` until ``check(result)``; returns (result, seconds)."""
-        return wait_for(what, lambda: (lambda result: result if check(result) else None)(self.query(expr)), timeout,
-                        self.logs)
+        def probe():
+            result = self.query(expr)
+            return result if check(result) else None
+        return wait_for(what, probe, timeout, self.logs)
 
     def alerts(self, name):
         return [alert for alert in self.api('alerts')['alerts'] if alert['labels']['alertname'] == name]
@@ -341,4 +343,3 @@ def test_prometheus_scrapes_the_role_switch_and_failure_and_the_timer_refresh(pr
     assert busy == {frozenset({('model', 'NVIDIA H100 80GB HBM3'), ('profile', gi['profile']), ('state', 'busy')}): 1}
     assert prometheus.alerts('MigMetricsStale') == []
     report(request, 'prometheus scrape: ' + '; '.join(timings))
-
