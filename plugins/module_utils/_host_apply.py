@@ -12,7 +12,8 @@ nvidia_mig_layout and the boot-time apply both call :func:`converge`; the decisi
 Per GPU, in this order: the entries of the layout that match it (mig-parted rules, see
 _layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _mig_apply).
 NVML describes a GPU's profiles only while MIG is enabled, so a GPU whose MIG is still off is
-planned in two steps: the mode now, its instances "after MIG is enabled".
+planned in two steps: the mode now, its instances "after MIG is enabled". Its entry is still checked
+before the first change of any GPU, against what can be known with MIG off (_mig_forecast).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,9 +29,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
     match_gpus,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, index_id_refusal
 
 
 class LayoutRequest(object):
@@ -57,7 +59,7 @@ class LayoutRequest(object):
 class GpuDecision(object):
     """What one matched GPU needs: its mode, and its instance plan (None until MIG is enabled)."""
 
-    def __init__(self, gpu, match, request, allocations):
+    def __init__(self, gpu, match, request, allocations, host_gpus=None):
         self.gpu = gpu
         self.match = match
         self.wanted_enabled = match['mig_enabled']
@@ -77,6 +79,7 @@ class GpuDecision(object):
         self.instances = None
         self.plan = None
         self.deferred = False
+        self.checked_with = None
         if self.wanted_enabled:
             # The entry may depend on the GPU's memory slices (pending match): known once MIG is on.
             if gpu['mig_mode']['current'] == 'enabled' and not match['pending']:
@@ -84,16 +87,15 @@ class GpuDecision(object):
                 self.plan = plan_gpu(gpu, self.instances, allocated=self.allocated, evictable=self.evictable)
             else:
                 self.deferred = True
+                # Refused now rather than after the mode step of this or another GPU (no half-changed host).
+                self.checked_with = check_without_mig(gpu, match, request.unmatched, request.name, host_gpus)
         elif gpu['gpu_instances']:
             # MIG goes off: every instance goes first (busy or allocated ones refuse here).
             self.plan = plan_gpu(gpu, {}, allocated=self.allocated, evictable=self.evictable)
-        if self.index_id_pods() and not self.evictable:
-            raise PlanningError(
-                'GPU %d: pod(s) %s hold MIG devices by index id (<gpu>:<mig device>, the device plugin\'s deviceIDStrategy '
-                'index), a position in the GPU\'s list of MIG devices; the change layout %s needs on this GPU shifts those '
-                'positions, so an id would name another instance. Nothing was changed: evict those pods first (the '
-                'mig_layout role does), or run the device plugin with deviceIDStrategy uuid'
-                % (self.index, ', '.join(self.index_id_pods()), request.name))
+        refusal = None if self.evictable else index_id_refusal(
+            self.index, self.index_id_pods(), 'the change layout %s needs on this GPU' % request.name)
+        if refusal:
+            raise PlanningError(refusal)
 
     def _pids_outside_pods(self, held):
         """Processes on the GPU that no pod holding it (or their instance) accounts for."""
@@ -139,13 +141,9 @@ class GpuDecision(object):
                 for gi in self.gpu['gpu_instances'] if gi['id'] in ids]
 
     def index_id_pods(self):
-        """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change.
-
-        A '<gpu>:<mig device>' id is a position in NVML's list of the GPU's MIG devices. Any instance
-        created or destroyed on the GPU may move the others in that list (the order NVML gives them is
-        not documented), so after any change an id may name another instance: the kubelet would then
-        hand a held instance to a second pod. Every such pod goes, whichever instance it holds.
-        """
+        """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change: after any
+        change such an id may name another instance (_pod_resources.index_id_refusal), so every such pod
+        goes, whichever instance it holds."""
         changes = self.mode.changed or bool(self.plan and self.plan.changed)
         return list(self.index_pods) if changes else []
 
@@ -188,6 +186,7 @@ class GpuDecision(object):
             'reboot_required': self.reboot_required,
             'deferred': self.deferred,
             'note': DEFERRED_NOTE if self.deferred else None,
+            'checked_with': self.checked_with,
             'before': layout_of(self.gpu),
             'after': self.plan.after if self.plan else ([] if not self.wanted_enabled else None),
             'actions': self.actions(),
@@ -236,7 +235,7 @@ def decide(host, request):
     matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
     by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
     allocations = allocations_of(host, request.pod_devices, request.pid_pods)
-    decisions = [GpuDecision(by_index[match['index']], match, request, allocations) for match in matched['gpus']]
+    decisions = [GpuDecision(by_index[match['index']], match, request, allocations, host['gpus']) for match in matched['gpus']]
     return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
 
 
