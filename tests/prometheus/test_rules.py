@@ -173,31 +173,27 @@ def test_every_shipped_layout_on_every_model_raises_no_alert(prometheus_binaries
 
 
 def test_a_fleet_mid_rollout_within_its_budget_raises_no_alert(prometheus_binaries, fleet, tmp_path):
-    """daytime -> nighttime, one host at a time: a host already switched, one in the middle of its change (the
-    role's decision declares nighttime 30 minutes in, the apply lands 10 minutes later), one not reached yet."""
+    """daytime -> nighttime, one host at a time (serial 1), 30 minutes per host: a host switched before the series
+    start, one switched 30 minutes in, one 60 minutes in. A host's metrics keep its previous layout until its apply
+    succeeds, so no GPU is ever out of its layout."""
     models = [{'model': model} for model in ('A100-SXM4-80GB', 'A30', 'H100-SXM5-80GB', 'H200', 'L40S')]
     timeline = Timeline(minutes=3 * 60)
-    switched, changing, waiting = (fleet.host(name, models) for name in ('switched', 'changing', 'waiting'))
-    for host in (switched, changing, waiting):
+    hosts = [fleet.host(name, models) for name in ('first', 'second', 'third')]
+    for host in hosts:
         host.apply('daytime')
-    switched.apply('nighttime')
-    timeline.show('switched', 0, switched.metrics())
-    timeline.show('waiting', 0, waiting.metrics())
-    timeline.show('changing', 0, changing.metrics())
-    assert not changing.decide('nighttime')['in_layout']
-    timeline.show('changing', 30, changing.metrics())
-    assert changing.apply('nighttime')['in_layout']
-    timeline.show('changing', 40, changing.metrics())
-    out_of_layout = [labels['gpu'] for name, labels, value in parse_exposition(timeline.shown['changing'][30])
-                     if name == 'gpufleet_mig_gpu_in_layout' and value == 0]
-    assert len(out_of_layout) == 4, 'the decision must show the changing host out of its new layout'
-    run_rule_tests(prometheus_binaries, tmp_path, 'a fleet mid-rollout', timeline, silent(['35m', '45m', '3h']), [
-        expect('layout:gpufleet_mig_gpus_out_of_layout:sum', '35m', {
-            'layout:gpufleet_mig_gpus_out_of_layout:sum{layout="daytime"}': 0,
-            'layout:gpufleet_mig_gpus_out_of_layout:sum{layout="nighttime"}': 4}),
+        timeline.show(host.name, 0, host.metrics())
+    for minute, host in ((0, hosts[0]), (30, hosts[1]), (60, hosts[2])):
+        assert not host.decide('nighttime')['in_layout']
+        assert host.apply('nighttime')['in_layout']
+        timeline.show(host.name, minute, host.metrics())
+    run_rule_tests(prometheus_binaries, tmp_path, 'a fleet mid-rollout', timeline, silent(['35m', '65m', '3h']), [
         expect('layout:gpufleet_mig_hosts:count', '45m', {
             'layout:gpufleet_mig_hosts:count{layout="daytime"}': 1,
             'layout:gpufleet_mig_hosts:count{layout="nighttime"}': 2}),
+        expect('sum(layout:gpufleet_mig_gpus_out_of_layout:sum)', '45m', {'{}': 0}),
+        expect('layout:gpufleet_mig_gpus_in_layout:sum', '45m', {
+            'layout:gpufleet_mig_gpus_in_layout:sum{layout="daytime"}': 4,
+            'layout:gpufleet_mig_gpus_in_layout:sum{layout="nighttime"}': 8}),
     ])
 
 

@@ -333,6 +333,9 @@ def test_prometheus_scrapes_the_role_switch_and_failure_and_the_timer_refresh(pr
     subprocess.run(argv, env=dict(environment, PATH='/usr/bin:/bin'), check=True, timeout=60)
     refreshed = textfile(host)
     assert refreshed != failed and re.search(r'(?m)^gpufleet_mig_busy_instances\{gpu="1",.*\} 1$', refreshed), refreshed
+    # The failed change declared nothing: the timer compares the GPUs with daytime, the failure stays recorded.
+    assert 'gpufleet_mig_layout_info{layout="daytime"} 1' in refreshed, refreshed
+    assert 'gpufleet_mig_layout_last_apply_success{layout="nighttime",source="ansible"} 0' in refreshed, refreshed
     dummy, seconds = wait_for(lambda: 'the refreshed textfile in Prometheus: %s' % prometheus.difference,
                               lambda: in_prometheus(prometheus, refreshed), period)
     seconds = time.monotonic() - started
