@@ -32,6 +32,10 @@ import re
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
 
+# NVIDIA's DRA driver for GPUs and MIG devices (NVIDIA/k8s-dra-driver-gpu, DriverName); its other driver,
+# compute-domain.nvidia.com, hands out IMEX channels, no GPU.
+DRA_GPU_DRIVER = 'gpu.nvidia.com'
+
 WHOLE_GPU = 'nvidia.com/gpu'
 MIG_PREFIX = 'nvidia.com/mig-'
 SHARED_SUFFIX = '.shared'

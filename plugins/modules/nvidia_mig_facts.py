@@ -118,6 +118,12 @@ ansible_facts:
             memory_total_mib:
               description: Total framebuffer memory in MiB.
               type: int
+            minor_number:
+              description:
+                - The GPU's device minor number (C(/dev/nvidia<minor>)), which need not equal its index; NVIDIA's DRA
+                  driver names its devices after it (C(gpu-<minor>), C(gpu-<minor>-mig-...)). Null where NVML cannot
+                  tell.
+              type: int
             mig_capable:
               description: Whether the GPU supports MIG.
               type: bool
@@ -147,6 +153,13 @@ ansible_facts:
             profiles_note:
               description: Why the profiles and figures are missing.
               type: str
+              returned: when MIG is disabled on a MIG-capable GPU
+            placements_without_mig:
+              description:
+                - What NVML tells of the profiles while MIG is off, its possible placements by profile id (C(profile_id),
+                  C(placements) each with C(start) and C(size) in memory slices); they give the GPU's memory slices.
+              type: list
+              elements: dict
               returned: when MIG is disabled on a MIG-capable GPU
             profiles:
               description:
@@ -197,12 +210,16 @@ ansible_facts:
               description: The largest profile that still fits, or null.
               type: str
             stranded_slices:
-              description: Free memory slices that no still-placeable profile can use.
+              description:
+                - Free memory slices that no still-placeable profile can use as the instances are placed, but that the
+                  best rearrangement of the same instances would make usable. V(0) after 7x1g on an A100 (every compute
+                  slice is taken) and on every layout of the default catalog.
               type: int
             fragmentation:
               description:
-                - V(1 - largest_placeable_slices / free_slices); V(0.0) when nothing is free or all free memory fits one
-                  instance, V(1.0) when slices are free but nothing fits.
+                - V(1 - largest_placeable_slices / largest placeable slices after the best rearrangement of the same
+                  instances); V(0.0) when the placement already fits the largest profile any arrangement could (a full
+                  GPU included), V(0.5) when a repack would fit an instance twice as big.
               type: float
             skip_reason:
               description: Why figures are missing, for GPUs that are not MIG-capable.

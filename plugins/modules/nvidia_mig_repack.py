@@ -30,11 +30,14 @@ options:
     default: [all]
   fragmentation_above:
     description:
-      - Repack a GPU whose fragmentation (C(1 - largest placeable slices / free slices)) is above this.
+      - Repack a GPU whose fragmentation (C(1 - largest placeable slices / largest placeable slices after the best
+        rearrangement of the same instances)) is above this.
     type: float
     default: 0.0
   stranded_above:
-    description: Repack a GPU with more stranded memory slices than this.
+    description:
+      - Repack a GPU with more stranded memory slices than this (free slices unusable as placed that the best
+        rearrangement of the same instances would make usable).
     type: int
     default: 0
 attributes:

@@ -459,16 +459,18 @@ def _allocation(resource, device_ids, pod='p'):
     return {'namespace': 'ns', 'pod': pod, 'container': 'c', 'resource': resource, 'device_ids': device_ids}
 
 
-@pytest.mark.parametrize('device_id', [MIG_A, '0:0', MIG_A + '::2', '0:0::1'])
-def test_allocations_of_a_mig_device_by_uuid_index_or_replica(device_id):
+@pytest.mark.parametrize('device_id, by_index', [(MIG_A, False), ('0:0', True), (MIG_A + '::2', False), ('0:0::1', True)])
+def test_allocations_of_a_mig_device_by_uuid_index_or_replica(device_id, by_index):
+    # A '<gpu>:<mig device>' id (with or without a replica) names a position that shifts: its pod is an index pod.
     assert pr.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb', [device_id])]) == {
-        'GPU-0': {'instances': {3: ['ns/p']}, 'gpu': []}}
+        'GPU-0': {'instances': {3: ['ns/p']}, 'gpu': [], 'index_pods': ['ns/p'] if by_index else []}}
 
 
 @pytest.mark.parametrize('device_id', ['GPU-1', '1', 'GPU-1::0'])
 def test_allocations_of_a_whole_gpu(device_id):
+    # A whole GPU's index does not move when MIG instances change: no index pod.
     assert pr.allocations_of(_host(), [_allocation('nvidia.com/gpu', [device_id])]) == {
-        'GPU-1': {'instances': {}, 'gpu': ['ns/p']}}
+        'GPU-1': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}
 
 
 def test_an_nvidia_device_id_that_matches_nothing_makes_the_allocations_unknown():
@@ -508,3 +510,100 @@ def test_node_resources_name_each_full_size_instance_by_its_profile():
         {'mig_capable': True, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []},
         {'mig_capable': False, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []}]}
     assert pr.node_resources(host) == {'nvidia.com/mig-1g.10gb.me': 1, 'nvidia.com/mig-1g.10gb': 2, 'nvidia.com/gpu': 2}
+
+
+# ---- DRA: devices of ResourceClaims ---------------------------------------------------------------
+
+def _dra_host(minor0=4, minor1=0):
+    """GPU 0 (minor 4: minors need not follow NVML indices) with two 1g GPU instances (profile id 19, placements
+    0 and 1) and GPU 1 (minor 0) whole."""
+    return {'gpus': [
+        {'index': 0, 'uuid': 'GPU-0', 'minor_number': minor0, 'processes': [], 'gpu_instances': [
+            {'id': 9, 'profile_id': 19, 'placement': {'start': 0, 'size': 1},
+             'compute_instances': [{'uuid': MIG_A, 'mig_index': 0, 'processes': []}]},
+            {'id': 10, 'profile_id': 19, 'placement': {'start': 1, 'size': 1},
+             'compute_instances': [{'uuid': MIG_B, 'mig_index': 1, 'processes': []}]}]},
+        {'index': 1, 'uuid': 'GPU-1', 'minor_number': minor1, 'processes': [], 'gpu_instances': []}]}
+
+
+def _claim(device, driver='gpu.nvidia.com', cdi=None, pod='p'):
+    return {'namespace': 'ns', 'pod': pod, 'container': 'c', 'claim': 'ns/gpu-claim', 'driver': driver, 'pool': 'node-a',
+            'device': device, 'cdi_devices': cdi or []}
+
+
+@pytest.mark.parametrize('claimed, held', [
+    (_claim('gpu-4-mig-19-1-1'), {'GPU-0': {'instances': {10: ['ns/p']}, 'gpu': [], 'index_pods': []}}),
+    (_claim('gpu-4-mig-1g10gb-19-0'), {'GPU-0': {'instances': {9: ['ns/p']}, 'gpu': [], 'index_pods': []}}),
+    (_claim('gpu-4-mig-1g24gb-me-19-1'), {'GPU-0': {'instances': {10: ['ns/p']}, 'gpu': [], 'index_pods': []}}),
+    (_claim('gpu-0'), {'GPU-1': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}),
+    (_claim('gpu-4'), {'GPU-0': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}),
+    # No device name: the standard CDI device names it; a claim-specific one alone does not.
+    (_claim('', cdi=['k8s.gpu.nvidia.com/claim=uid-1-gpu-4-mig-19-0-1', 'k8s.gpu.nvidia.com/device=gpu-4-mig-19-0-1']),
+     {'GPU-0': {'instances': {9: ['ns/p']}, 'gpu': [], 'index_pods': []}}),
+])
+def test_a_dra_claimed_device_is_held_by_its_pod(claimed, held):
+    # The GPU's minor number, not its NVML index, names it: gpu-0 is GPU 1 here.
+    assert pr.allocations_of(_dra_host(), [claimed]) == held
+
+
+def test_dra_claims_of_other_drivers_are_none_of_ours():
+    others = [_claim('channel-0', driver='compute-domain.nvidia.com'), _claim('gpu-0', driver='gpu.example.com')]
+    assert pr.allocations_of(_dra_host(), others) == {}
+    assert pr.gpu_allocations(others) == []
+    mine = [_claim('gpu-4-mig-19-0-1'), _allocation('nvidia.com/mig-1g.10gb', [MIG_B])]
+    assert pr.gpu_allocations(others + mine) == mine
+
+
+@pytest.mark.parametrize('claimed, host, message', [
+    (_claim('gpu-4-mig-19-2-1'), _dra_host(), 'gpu-4-mig-19-2-1 (DRA claim ns/gpu-claim of pod ns/p, driver gpu.nvidia.com, pool node-a)'),
+    (_claim('gpu-4-mig-14-0-2'), _dra_host(), 'gpu-4-mig-14-0-2 (DRA claim'),
+    (_claim('gpu-1'), _dra_host(), 'gpu-1 (DRA claim'),
+    (_claim('gpu-vfio-0'), _dra_host(), 'gpu-vfio-0 (DRA claim'),
+    (_claim('', cdi=['k8s.gpu.nvidia.com/claim=uid-1-gpu-4']), _dra_host(), '(no device name) (DRA claim'),
+    (_claim('gpu-4-mig-19-0-1'), _dra_host(minor0=None), 'NVML reported no minor number for some GPUs'),
+])
+def test_a_dra_device_that_matches_nothing_makes_the_allocations_unknown(claimed, host, message):
+    with pytest.raises(pr.UnknownDeviceIds) as error:
+        pr.allocations_of(host, [claimed])
+    assert message in str(error.value) and 'nothing is planned' in str(error.value)
+
+
+def test_list_response_with_dynamic_resources_parses_both_kinds():
+    answer = pr.encode_list_response([{'namespace': 'ml', 'pod': 'p', 'containers': [
+        {'name': 'a', 'devices': {'nvidia.com/mig-1g.10gb': ['0:1']},
+         'claims': {'ml/big': [{'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-0-mig-1g10gb-19-2',
+                                'cdi_devices': ['k8s.gpu.nvidia.com/device=gpu-0-mig-1g10gb-19-2']},
+                               {'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-1'}]}},
+        {'name': 'b', 'claims': {'ml/channel': [{'driver': 'compute-domain.nvidia.com', 'pool': 'node-a', 'device': 'channel-0'}]}}]}])
+    assert pr.parse_list_response(answer) == [
+        {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'resource': 'nvidia.com/mig-1g.10gb', 'device_ids': ['0:1']},
+        {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'claim': 'ml/big', 'driver': 'gpu.nvidia.com', 'pool': 'node-a',
+         'device': 'gpu-0-mig-1g10gb-19-2', 'cdi_devices': ['k8s.gpu.nvidia.com/device=gpu-0-mig-1g10gb-19-2']},
+        {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'claim': 'ml/big', 'driver': 'gpu.nvidia.com', 'pool': 'node-a',
+         'device': 'gpu-1', 'cdi_devices': []},
+        {'namespace': 'ml', 'pod': 'p', 'container': 'b', 'claim': 'ml/channel', 'driver': 'compute-domain.nvidia.com',
+         'pool': 'node-a', 'device': 'channel-0', 'cdi_devices': []},
+    ]
+    assert [pr.is_claim(entry) for entry in pr.parse_list_response(answer)] == [False, True, True, True]
+
+
+def test_dynamic_resources_bytes_match_the_v1_field_numbers():
+    # ContainerResources.dynamic_resources = 5; DynamicResource claim_name = 2, claim_namespace = 3, claim_resources = 4;
+    # ClaimResource cdi_devices = 1, driver_name = 2, pool_name = 3, device_name = 4; CDIDevice name = 1.
+    cdi = b'\x0a\x03v/c'
+    resource = b'\x0a' + bytes([len(cdi)]) + cdi + b'\x12\x01d\x1a\x01p\x22\x01x'
+    claim = b'\x12\x01n\x1a\x02ns\x22' + bytes([len(resource)]) + resource
+    container = b'\x0a\x01c\x2a' + bytes([len(claim)]) + claim
+    pod = b'\x0a\x03pod\x12\x02ns\x1a' + bytes([len(container)]) + container
+    answer = b'\x0a' + bytes([len(pod)]) + pod
+    assert pr.parse_list_response(answer) == [{'namespace': 'ns', 'pod': 'pod', 'container': 'c', 'claim': 'ns/n',
+                                               'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]
+    assert pr.encode_list_response([{'namespace': 'ns', 'pod': 'pod', 'containers': [
+        {'name': 'c', 'claims': {'ns/n': [{'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]}}]}]) == answer
+
+
+def test_list_pod_devices_reads_dra_claims_from_a_real_grpc_server(kubelet):
+    server = kubelet(list_answer=pr.encode_list_response([{'namespace': 'ml', 'pod': 'trainer', 'containers': [
+        {'name': 'main', 'claims': {'ml/mig': [{'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-4-mig-19-1-1'}]}}]}]))
+    devices = pr.list_pod_devices(server.path, timeout=5)
+    assert pr.allocations_of(_dra_host(), devices) == {'GPU-0': {'instances': {10: ['ml/trainer']}, 'gpu': [], 'index_pods': []}}
