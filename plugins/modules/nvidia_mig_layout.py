@@ -16,7 +16,7 @@ description:
     O(name)), matches its entries to the GPUs of the host as mig-parted does, and plans the MIG mode and the
     instances of every GPU with the collection's placement planner. Everything is decided before the first change;
     busy instances (running processes, or allocated to a pod) are never destroyed. A GPU whose MIG is still off is
-    checked too, as far as NVML tells with MIG off (RV(gpus[].checked_with)): a profile it cannot offer fails before
+    checked too, as far as NVML tells with MIG off (RV(gpus[].checked_with)); a profile it cannot offer fails before
     any GPU of the host changes.
   - Unless O(apply=false) or check mode, applies the plan (mode, a reset of an idle GPU when allowed, instances)
     and verifies the result by reading the GPUs again.
