@@ -60,7 +60,7 @@ def built(tmp_path_factory):
 
 
 def test_the_tarball_holds_what_users_run_and_nothing_of_the_development_tree(built):
-    _, names, _ = built
+    names = built[1]
     assert set(name.split('/')[0] for name in names) == SHIPPED_TOP
     assert [name for name in sorted(names) if name.startswith(NOT_SHIPPED)] == []
     assert [name for name in sorted(names) if '__pycache__' in name or name.endswith('.pyc')] == []
@@ -76,7 +76,7 @@ def test_the_tarball_holds_what_users_run_and_nothing_of_the_development_tree(bu
 
 
 def test_the_manifest_names_the_licence_and_the_dependencies(built):
-    tarball, _, _ = built
+    tarball = built[0]
     with tarfile.open(str(tarball)) as archive:
         info = json.load(archive.extractfile('MANIFEST.json'))['collection_info']
         licence = archive.extractfile('LICENSE').read().decode('utf-8')
@@ -86,7 +86,7 @@ def test_the_manifest_names_the_licence_and_the_dependencies(built):
 
 
 def test_ansible_builder_finds_the_collections_requirements(built):
-    _, _, installed = built
+    installed = built[2]
     done = run(['ansible-builder', 'introspect', '--sanitize', str(installed)], timeout=120)
     assert done.returncode == 0, done.stdout
     found = yaml.safe_load(done.stdout[done.stdout.index('---'):])
@@ -121,7 +121,7 @@ print(json.dumps({'imported': 'gpufleet_nvml_sim' in sys.modules, 'error': error
 @pytest.mark.parametrize('state_file', [False, True])
 def test_the_installed_backend_imports_the_simulator_only_when_asked(built, tmp_path, state_file):
     """The simulator is importable here (simulator/ on the path); without GPUFLEET_MIG_SIMULATOR it is never imported."""
-    _, _, installed = built
+    installed = built[2]
     env = dict((key, value) for key, value in os.environ.items() if key != 'GPUFLEET_MIG_SIMULATOR')
     env['PYTHONPATH'] = os.pathsep.join([str(installed), os.path.join(REPO, 'simulator')])
     if state_file:
