@@ -67,6 +67,15 @@ def _parts(name):
     return profile, bool(match.group('shared'))
 
 
+# NVIDIA's device plugin advertises each replica of a shared (time-sliced or MPS) device as '<device id>::<replica>'.
+_REPLICA_SUFFIX = re.compile(r'::[0-9]+\Z')
+
+
+def strip_replica(device_id):
+    """The device id a shared replica's id names (``MIG-...::3`` -> ``MIG-...``); other ids unchanged."""
+    return _REPLICA_SUFFIX.sub('', device_id)
+
+
 def is_gpu_resource(name):
     """True for ``nvidia.com/gpu``, ``nvidia.com/mig-<profile>`` and either with ``.shared``."""
     return _parts(name) is not None

@@ -41,6 +41,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import
     WHOLE_GPU,
     is_gpu_resource,
     resource_of_profile,
+    strip_replica,
 )
 
 DEFAULT_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock'
@@ -515,8 +516,6 @@ class UnknownDeviceIds(Exception):
     """The kubelet names devices that match nothing on this host: which instances pods hold is unknown."""
 
 
-# NVIDIA's device plugin names each replica of a shared (time-sliced or MPS) device '<device id>::<replica>'.
-_REPLICA_SUFFIX = re.compile(r'::[0-9]+$')
 # deviceIDStrategy index: '<gpu index>:<MIG device index>', a position in the GPU's list of MIG devices.
 _INDEX_ID = re.compile(r'^[0-9]+:[0-9]+$')
 
@@ -638,7 +637,7 @@ def allocations_of(host, pod_devices, pid_pods=None):
         if not is_gpu_resource(allocation['resource']):
             continue
         for device_id in allocation['device_ids']:
-            bare = _REPLICA_SUFFIX.sub('', device_id)
+            bare = strip_replica(device_id)
             place = by_id.get(device_id) or by_id.get(bare)
             if place is None:
                 unknown.append('%s (%s of pod %s)' % (device_id, allocation['resource'], _pod_name(allocation)))
@@ -661,17 +660,69 @@ def allocations_of(host, pod_devices, pid_pods=None):
     return result
 
 
-def node_resources(host):
-    """The extended resources NVIDIA's device plugin (mixed MIG strategy) advertises for ``host``:
-    one nvidia.com/mig-<profile> per GPU instance with one full-size compute instance, one
-    nvidia.com/gpu per GPU without MIG."""
-    resources = {}
+def index_id_refusal(gpu_index, pods, change):
+    """Why ``change`` (what changes GPU ``gpu_index``'s MIG devices, in words) must not happen while ``pods``
+    hold the GPU's MIG devices by index id; None when no pod does.
+
+    A '<gpu>:<mig device>' id is a position in NVML's list of the GPU's MIG devices. Any instance created or
+    destroyed on the GPU may move the others in that list (the NVML reference of nvmlDeviceGetMigDeviceHandleByIndex
+    documents no order, only that handles may be reused and their properties change), so the kubelet,
+    which keeps counting the old id as given to its pod, would hand the instance now at that position to a
+    second pod.
+    """
+    if not pods:
+        return None
+    return ('GPU %d: pod(s) %s hold MIG devices by index id (<gpu>:<mig device>, the device plugin\'s deviceIDStrategy '
+            'index), a position in the GPU\'s list of MIG devices; %s shifts those positions, so an id would name another '
+            'instance. Nothing was changed: evict those pods first (the mig_layout role does), or run the device plugin '
+            'with deviceIDStrategy uuid' % (gpu_index, ', '.join(pods), change))
+
+
+def _advertised(host):
+    """(resource, UUID id, index id) of each device NVIDIA's device plugin (mixed MIG strategy) advertises for
+    ``host``: one nvidia.com/mig-<profile> per GPU instance with one full-size compute instance (the plugin
+    advertises no other), one nvidia.com/gpu per GPU without MIG."""
     for gpu in host['gpus']:
         if gpu.get('mig_capable') and gpu['mig_mode']['current'] == 'enabled':
             for gi in gpu['gpu_instances']:
                 if [ci['profile'] for ci in gi['compute_instances']] == [gi['profile']]:
-                    name = resource_of_profile(gi['profile'])
-                    resources[name] = resources.get(name, 0) + 1
+                    ci = gi['compute_instances'][0]
+                    index = '%d:%d' % (gpu['index'], ci['mig_index']) if ci.get('mig_index') is not None else None
+                    yield resource_of_profile(gi['profile']), ci.get('uuid'), index
         else:
-            resources[WHOLE_GPU] = resources.get(WHOLE_GPU, 0) + 1
-    return resources
+            yield WHOLE_GPU, gpu['uuid'], str(gpu['index'])
+
+
+def expected_device_ids(host):
+    """The device ids NVIDIA's device plugin (no sharing) advertises for ``host``, per resource and
+    deviceIDStrategy: ``{resource: {'uuid': [sorted ids], 'index': [sorted ids]}}``; ``MIG-<uuid>`` and
+    ``<gpu index>:<mig device index>`` for a MIG device, ``GPU-<uuid>`` and ``<gpu index>`` for a whole GPU.
+    With time-slicing or MPS the plugin advertises each id once per replica (``<id>::<n>``;
+    _gpu_resources.strip_replica gives the id back), under the ``.shared`` name with ``renameByDefault``.
+    """
+    expected = {}
+    for resource, uuid, index in _advertised(host):
+        ids = expected.setdefault(resource, {'uuid': [], 'index': []})
+        if uuid:
+            ids['uuid'].append(uuid)
+        if index is not None:
+            ids['index'].append(index)
+    for ids in expected.values():
+        ids['uuid'].sort()
+        ids['index'].sort()
+    return expected
+
+
+def node_resources(host):
+    """``{resource: count}`` of the devices NVIDIA's device plugin (mixed MIG strategy) advertises for ``host``."""
+    counts = {}
+    for resource, dummy, dummy_index in _advertised(host):
+        counts[resource] = counts.get(resource, 0) + 1
+    return counts
+
+
+def allocatable_gpu_device_ids(socket_path=DEFAULT_SOCKET, timeout=5.0):
+    """``{GPU resource: sorted device ids}`` the kubelet's ``GetAllocatableResources`` lists (every id the device
+    plugins advertise now, replicas included); resources that are no GPU's left out. Raises PodResourcesUnavailable."""
+    return dict((resource, sorted(ids)) for resource, ids in allocatable_devices(socket_path, timeout).items()
+                if is_gpu_resource(resource))

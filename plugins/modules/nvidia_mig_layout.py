@@ -23,8 +23,9 @@ description:
   - NVML describes a GPU's profiles only while MIG is enabled. A GPU whose MIG is still off is planned in two steps
     (RV(gpus[].deferred)), its instances once the mode step has enabled MIG.
   - Keeps what the boot-time re-apply needs on the host, each file written only when its content differs, and only once
-    the host holds the layout (see O(apply)). That is the declared layout, the collection's host code (taken from this module's own payload), the C(gpufleet-mig-apply)
-    command, the systemd boot unit, and optionally the metrics textfile with its refresh timer.
+    the host holds the layout (see O(apply)). That is the declared layout, the collection's host code (taken from this
+    module's own payload), the C(gpufleet-mig-apply) command, the systemd boot unit, and optionally the metrics
+    textfile with its refresh timer.
   - Stops the host's GPU clients (systemd services such as DCGM) while the GPUs change, and starts them again.
   - Refuses to act when another owner of MIG (the C(nvidia-mig-manager) service) runs or is enabled.
   - A change that fails outside this module (an eviction refused, a reboot) is recorded with
@@ -330,6 +331,26 @@ resources:
       example C(nvidia.com/mig-3g.40gb) 4. The role waits for the node's allocatable to match it.
   returned: always
   type: dict
+expected_device_ids:
+  description:
+    - The device ids NVIDIA's device plugin should advertise once it has enumerated the GPUs as they end (after the
+      change, or as they are), by resource and by the plugin's C(deviceIDStrategy), to compare as sets with what the
+      kubelet's C(GetAllocatableResources) lists (P(gpufleet.mig.nvidia_mig_facts#module) with C(kubelet_allocatable))
+      before the node is declared ready.
+    - C(uuid) holds C(MIG-<uuid>) per MIG device and C(GPU-<uuid>) per GPU without MIG, C(index) holds
+      C(<gpu index>:<mig device index>) and C(<gpu index>). Only GPU instances with one full-size compute instance
+      are advertised (as C(nvidia.com/mig-<profile>)); GPUs without MIG are C(nvidia.com/gpu).
+    - With time-slicing or MPS the plugin advertises each id once per replica, as C(<id>::<n>), and under the
+      C(.shared) name with C(renameByDefault).
+  returned: always
+  type: dict
+  sample:
+    nvidia.com/mig-3g.40gb:
+      uuid: [MIG-1d2e3f4a-0b1d-5e7f-9a3c-4f8a6c2e5b6c, MIG-9e8d7c6b-5a4f-5e3d-8c2b-1a0f9e8d7c6b]
+      index: ["0:0", "0:1"]
+    nvidia.com/gpu:
+      uuid: [GPU-0a1b2c3d-4e5f-5a6b-9c8d-7e6f5a4b3c2d]
+      index: ["1"]
 '''
 
 import contextlib
@@ -340,7 +361,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils import _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import metrics_content, record_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import expected_device_ids, node_resources
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
@@ -497,9 +518,8 @@ def main_body(module):
     paths = paths_of(params)
     systemd = Systemd(module, params['systemd'])
 
-    pod_devices, pod_status = read_pod_resources(module)
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            pod_devices=pod_devices, evictable=params['evict'])
+                            evictable=params['evict'])
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
@@ -515,6 +535,10 @@ def main_body(module):
             clients.extend(stopped)
 
     with nvml_session(module, exclusive=not module.check_mode) as backend:
+        # Under the host lock, as the GPUs are read: what pods hold and what the GPUs hold are one snapshot that no
+        # other run of the collection changes before the plan is applied.
+        pod_devices, pod_status = read_pod_resources(module)
+        request.pod_devices = pod_devices or []
         host = backend.read_host()
         # Without pod-resources, the pods of running processes are still known from their cgroups.
         request.pid_pods = unread_pid_pods(host, pod_devices)
@@ -535,6 +559,7 @@ def main_body(module):
             files = keep_files(module, systemd, paths, request)
             refresh_metrics(module, host, paths, request)
     resources = node_resources(host)
+    expected_ids = expected_device_ids(host)
     final = after or before
     for gpu in before.unmatched:
         module.warn('GPU %s (%s) is left as it is: %s' % (gpu['index'], gpu.get('name'), gpu['reason']))
@@ -555,6 +580,7 @@ def main_body(module):
         pod_resources=dict(pod_status, allocations=pod_devices or [],
                            pods=sorted(set('%s/%s' % (d['namespace'], d['pod']) for d in pod_devices or []))),
         resources=resources,
+        expected_device_ids=expected_ids,
     )
     if module._diff:
         output['diff'] = diff_of(before, after)

@@ -197,9 +197,11 @@ def test_allocatable_response_round_trip_and_merge():
 class FakeKubelet(object):
     """A gRPC server speaking PodResourcesLister v1 on a unix socket, answering with the module's encoder."""
 
-    def __init__(self, directory, list_answer=b'', allocatable_answer=None, hold=False):
+    def __init__(self, directory, list_answer=b'', allocatable_answer=None, hold=False, on_call=None):
         self.path = os.path.join(directory, 'kubelet.sock')
         self.calls = []
+        # on_call(method name): run as each call arrives, e.g. to see what the client holds meanwhile.
+        self.on_call = on_call or (lambda method: None)
         self.list_answer = list_answer
         self.allocatable_answer = allocatable_answer
         # hold: List answers only once stop() releases it (a kubelet that hangs).
@@ -217,12 +219,14 @@ class FakeKubelet(object):
 
     def _list(self, request, context):
         self.calls.append(('List', request))
+        self.on_call('List')
         self.released.wait(60)
         self.answered = True
         return self.list_answer
 
     def _allocatable(self, request, context):
         self.calls.append(('GetAllocatableResources', request))
+        self.on_call('GetAllocatableResources')
         return self.allocatable_answer
 
     def stop(self):
@@ -500,16 +504,40 @@ def test_gpu_allocations_keep_gpu_resources_only():
     assert pr.gpu_allocations(dropped[:1] + kept + dropped[1:]) == kept
 
 
-def test_node_resources_name_each_full_size_instance_by_its_profile():
+def _advertising_host():
+    """GPU 0 with MIG: a 1g.10gb+me and two 1g.10gb (full-size CIs; MIG devices 0, 1, 3), a 3g.40gb split into two
+    compute instances and an empty 2g.20gb (the plugin advertises neither); GPU 1 MIG-capable but off; GPU 2 no MIG."""
     def gi(profile, cis):
-        return {'profile': profile, 'compute_instances': [{'profile': ci} for ci in cis]}
-    host = {'gpus': [
-        {'mig_capable': True, 'mig_mode': {'current': 'enabled'}, 'gpu_instances': [
-            gi('1g.10gb+me', ['1g.10gb+me']), gi('1g.10gb', ['1g.10gb']), gi('1g.10gb', ['1g.10gb']),
-            gi('3g.40gb', ['1c.3g.40gb', '2c.3g.40gb']), gi('2g.20gb', [])]},
-        {'mig_capable': True, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []},
-        {'mig_capable': False, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []}]}
-    assert pr.node_resources(host) == {'nvidia.com/mig-1g.10gb.me': 1, 'nvidia.com/mig-1g.10gb': 2, 'nvidia.com/gpu': 2}
+        return {'profile': profile, 'compute_instances': [
+            {'profile': ci, 'uuid': 'MIG-%s' % mig_index, 'mig_index': mig_index} for ci, mig_index in cis]}
+    return {'gpus': [
+        {'index': 0, 'uuid': 'GPU-0', 'mig_capable': True, 'mig_mode': {'current': 'enabled'}, 'gpu_instances': [
+            gi('1g.10gb+me', [('1g.10gb+me', 3)]), gi('1g.10gb', [('1g.10gb', 1)]), gi('1g.10gb', [('1g.10gb', 0)]),
+            gi('3g.40gb', [('1c.3g.40gb', 4), ('2c.3g.40gb', 5)]), gi('2g.20gb', [])]},
+        {'index': 1, 'uuid': 'GPU-1', 'mig_capable': True, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []},
+        {'index': 2, 'uuid': 'GPU-2', 'mig_capable': False, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []}]}
+
+
+def test_node_resources_name_each_full_size_instance_by_its_profile():
+    assert pr.node_resources(_advertising_host()) == {'nvidia.com/mig-1g.10gb.me': 1, 'nvidia.com/mig-1g.10gb': 2, 'nvidia.com/gpu': 2}
+
+
+def test_expected_device_ids_per_id_strategy():
+    assert pr.expected_device_ids(_advertising_host()) == {
+        'nvidia.com/mig-1g.10gb.me': {'uuid': ['MIG-3'], 'index': ['0:3']},
+        'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-0', 'MIG-1'], 'index': ['0:0', '0:1']},
+        'nvidia.com/gpu': {'uuid': ['GPU-1', 'GPU-2'], 'index': ['1', '2']},
+    }
+    assert pr.expected_device_ids({'gpus': []}) == {}
+
+
+def test_allocatable_gpu_device_ids_from_a_real_grpc_server(kubelet):
+    server = kubelet(allocatable_answer=pr.encode_allocatable_response({
+        'nvidia.com/mig-1g.10gb': [MIG_B, MIG_A], 'nvidia.com/gpu.shared': ['GPU-1::1', 'GPU-1::0'],
+        'nvidia.com/hostdev': ['0000:3b:00.2']}))
+    assert pr.allocatable_gpu_device_ids(server.path, timeout=5) == {
+        'nvidia.com/mig-1g.10gb': sorted([MIG_A, MIG_B]), 'nvidia.com/gpu.shared': ['GPU-1::0', 'GPU-1::1']}
+    assert [call[0] for call in server.calls] == ['GetAllocatableResources']
 
 
 # ---- DRA: devices of ResourceClaims ---------------------------------------------------------------
