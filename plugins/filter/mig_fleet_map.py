@@ -214,7 +214,7 @@ section.host { content-visibility: auto; contain-intrinsic-size: auto 40rem; }
 .moves { margin: .3rem 0 0; font-size: .85rem; }
 #attention .filters { display: flex; flex-wrap: wrap; gap: .4rem 1rem; margin-bottom: .5rem; align-items: center; }
 #attention th button { font: inherit; font-weight: 600; background: none; border: 0; padding: 0; cursor: pointer; }
-#attention th button::after { content: " \2195"; color: var(--muted); }
+#attention th button::after { content: " \\2195"; color: var(--muted); }
 #attention .state { display: inline-block; border-radius: 3px; padding: 0 .35rem; margin: 0 .2rem .1rem 0; font-size: .8rem;
   font-weight: 600; background: #fde8e8; color: #9b1c1c; }
 #attention .state.fragmented { background: #fdf6b2; color: #723b13; }
