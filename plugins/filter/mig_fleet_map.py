@@ -108,6 +108,7 @@ _value:
   type: str
 '''
 
+import base64
 import hashlib
 import os
 import re
@@ -900,7 +901,7 @@ _LEGEND = (
     ('instance new', 'planned view: an instance the change creates (a dashed red edge marks one it destroys)'),
 )
 
-_CSP_SCRIPT = "'sha256-%s'" % __import__('base64').b64encode(hashlib.sha256(SCRIPT.encode('utf-8')).digest()).decode('ascii')
+_CSP_SCRIPT = "'sha256-%s'" % base64.b64encode(hashlib.sha256(SCRIPT.encode('utf-8')).digest()).decode('ascii')
 
 
 def _environment():
