@@ -131,6 +131,19 @@ def test_alert_texts_name_host_and_gpu_and_link_their_docs_section():
         assert rule['labels']['severity'] in ('critical', 'warning', 'info'), name
 
 
+def test_each_alert_section_of_the_docs_quotes_its_rule_as_shipped():
+    """The section starts with the alert's expression, word for word, and says how long it must hold."""
+    with open(METRICS_DOC) as handle:
+        doc = handle.read()
+    words = {'15m': '15 minutes', '1h': 'an hour', '6h': '6 hours', '5m': '5 minutes'}
+    for rule in alerts():
+        section = doc.split('\n### %s\n' % rule['alert'], 1)[1].split('\n#', 1)[0]
+        quoted = ' '.join(re.search(r'`([^`]+)`', section).group(1).split())
+        assert quoted == ' '.join(rule['expr'].split()), rule['alert']
+        held = words[rule['for']] if 'for' in rule else 'at once'
+        assert held in ' '.join(section.split()), (rule['alert'], held)
+
+
 def test_the_docs_point_at_the_rule_file_instead_of_repeating_it():
     with open(METRICS_DOC) as handle:
         doc = handle.read()
