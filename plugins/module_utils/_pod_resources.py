@@ -665,7 +665,8 @@ def index_id_refusal(gpu_index, pods, change):
     hold the GPU's MIG devices by index id; None when no pod does.
 
     A '<gpu>:<mig device>' id is a position in NVML's list of the GPU's MIG devices. Any instance created or
-    destroyed on the GPU may move the others in that list (NVML does not document the order), so the kubelet,
+    destroyed on the GPU may move the others in that list (the NVML reference of nvmlDeviceGetMigDeviceHandleByIndex
+    documents no order, only that handles may be reused and their properties change), so the kubelet,
     which keeps counting the old id as given to its pod, would hand the instance now at that position to a
     second pod.
     """
