@@ -108,6 +108,7 @@ _value:
   type: str
 '''
 
+import base64
 import hashlib
 import os
 import re
@@ -214,7 +215,7 @@ section.host { content-visibility: auto; contain-intrinsic-size: auto 40rem; }
 .moves { margin: .3rem 0 0; font-size: .85rem; }
 #attention .filters { display: flex; flex-wrap: wrap; gap: .4rem 1rem; margin-bottom: .5rem; align-items: center; }
 #attention th button { font: inherit; font-weight: 600; background: none; border: 0; padding: 0; cursor: pointer; }
-#attention th button::after { content: " \2195"; color: var(--muted); }
+#attention th button::after { content: " \\2195"; color: var(--muted); }
 #attention .state { display: inline-block; border-radius: 3px; padding: 0 .35rem; margin: 0 .2rem .1rem 0; font-size: .8rem;
   font-weight: 600; background: #fde8e8; color: #9b1c1c; }
 #attention .state.fragmented { background: #fdf6b2; color: #723b13; }
@@ -900,7 +901,7 @@ _LEGEND = (
     ('instance new', 'planned view: an instance the change creates (a dashed red edge marks one it destroys)'),
 )
 
-_CSP_SCRIPT = "'sha256-%s'" % __import__('base64').b64encode(hashlib.sha256(SCRIPT.encode('utf-8')).digest()).decode('ascii')
+_CSP_SCRIPT = "'sha256-%s'" % base64.b64encode(hashlib.sha256(SCRIPT.encode('utf-8')).digest()).decode('ascii')
 
 
 def _environment():

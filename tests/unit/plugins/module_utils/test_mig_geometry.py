@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import mig_fleet_map
-from ansible_collections.gpufleet.mig.plugins.module_utils import _layout_metrics, _mig_geometry
+from ansible_collections.gpufleet.mig.plugins.module_utils import _layout_metrics
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
     concrete_instances,
     choose_entry,
