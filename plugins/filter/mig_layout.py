@@ -18,10 +18,13 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.six import string_types
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+    MEMORY_SLICES_KEY,
     LayoutConfigError,
     check_layout,
     gpu_pods,
+    known_gpus,
     layout_problems,
+    may_match_any,
     validate_configs,
     validate_document,
 )
@@ -77,12 +80,22 @@ def mig_layout_validate(configs, name=None, document=False, source=None):
         raise AnsibleFilterError(str(exc))
 
 
-def mig_layout_catalog(configs, name=None, document=False, source=None):
-    """As mig_layout_validate, without raising: {'configs': the validated configs or None, 'error': one line or None}."""
+def mig_layout_catalog(configs, name=None, document=False, source=None, gpus=None):
+    """As mig_layout_validate, without raising: {'configs': the validated configs or None, 'error': one line or None,
+    'matches': whether layout ``name`` may match one of the host's known ``gpus`` (None when they are unknown)}."""
     try:
-        return {'configs': _checked(configs, name, document, source), 'error': None}
+        validated = _checked(configs, name, document, source)
     except LayoutConfigError as exc:
-        return {'configs': None, 'error': str(exc)}
+        return {'name': name, 'configs': None, 'error': str(exc), 'matches': None}
+    matches = None
+    if name is not None and gpus is not None:
+        matches = may_match_any(validated[name], gpus)
+    return {'name': name, 'configs': validated, 'error': None, 'matches': matches}
+
+
+def mig_layout_host_gpus(decision):
+    """The MIG-capable GPUs a host's decision reported (kept as a cached fact for the next pre-flight)."""
+    return known_gpus(decision)
 
 
 def mig_layout_preflight(checks, hosts):
@@ -104,6 +117,14 @@ def mig_layout_preflight(checks, hosts):
         concerned = by_error[error]
         who = 'every host of the play' if len(concerned) == len(hosts) and len(hosts) > 1 else ', '.join(concerned)
         parts.append('%s [%s]' % (error, who))
+    # A layout that matches no GPU anywhere would be declared on every host and apply nowhere; only when every
+    # host's GPUs are known (its last decision, a cached fact) is that sure.
+    checks = [check or {} for check in checks]
+    if not parts and hosts and all(check.get('matches') is False for check in checks):
+        names = sorted(set(str(check.get('name')) for check in checks if check.get('name')))
+        parts.append('layout %s matches no GPU of any host of the play (their GPUs as their last run reported them): '
+                     'it would be declared everywhere and applied nowhere; check its device-filter, devices and %s'
+                     % (', '.join(names) or '', MEMORY_SLICES_KEY))
     return ('Nothing was changed: ' + ' | '.join(parts)) if parts else ''
 
 
@@ -171,4 +192,5 @@ class FilterModule(object):
             'mig_layout_rollout_progress': mig_layout_rollout_progress,
             'mig_layout_fleet_plan': mig_layout_fleet_plan,
             'mig_layout_instances': mig_layout_instances,
+            'mig_layout_host_gpus': mig_layout_host_gpus,
         }

@@ -521,6 +521,42 @@ def _no_match_reason(entries, gpu, memory_slices):
     return '; '.join(reasons) or 'the layout has no entry'
 
 
+def known_gpus(decision):
+    """The MIG-capable GPUs of a host as its decision (nvidia_mig_layout, any layout) reported them, for
+    :func:`may_match_any`: {'index', 'pci_device_id', 'pci_subsystem_id', 'memory_slices'}; what the decision
+    does not tell (the subsystem id, the memory slices of a GPU whose MIG is off) is None."""
+    found = []
+    for gpu in (decision or {}).get('gpus') or []:
+        slices = (gpu.get('free_space_after') or {}).get('total_slices') or gpu.get('memory_slices')
+        found.append({'index': gpu.get('index'), 'pci_device_id': gpu.get('pci_device_id'),
+                      'pci_subsystem_id': gpu.get('pci_subsystem_id'), 'memory_slices': slices})
+    for gpu in (decision or {}).get('unmatched_gpus') or []:
+        found.append({'index': gpu.get('index'), 'pci_device_id': gpu.get('pci_device_id'),
+                      'pci_subsystem_id': gpu.get('pci_subsystem_id'), 'memory_slices': None})
+    return sorted(found, key=lambda gpu: gpu['index'])
+
+
+def may_match_any(entries, gpus):
+    """Whether an entry of a layout may match one of ``gpus`` (:func:`known_gpus`).
+
+    Only a sure "no" counts: a device-filter with a subsystem id the record lacks, or memory slices not
+    known yet, may match.
+    """
+    for gpu in gpus:
+        for entry in entries:
+            if not _devices_match(entry, gpu):
+                continue
+            if gpu.get('pci_subsystem_id') is None and any(
+                    (parse_device_id(text) or (None, None))[1] is not None for text in entry['device-filter']):
+                return True
+            if not _filter_matches(entry, gpu):
+                continue
+            wanted = entry.get(MEMORY_SLICES_KEY)
+            if wanted is None or gpu.get('memory_slices') is None or gpu['memory_slices'] in wanted:
+                return True
+    return False
+
+
 def _candidate(position, entry):
     return {'entry': position, 'memory_slices': entry.get(MEMORY_SLICES_KEY),
             'mig_devices': dict(entry['mig-devices'])}

@@ -184,7 +184,7 @@ def _gpu_plan(gpu):
         after = _mode_text(after_mode)
     kept_ids = set(i.get('id') for i in gpu.get('after') or [] if i.get('id') is not None)
     created = len([i for i in gpu.get('after') or [] if i.get('id') is None])
-    destroyed = [i for i in gpu.get('destroyed_instances') or []]
+    destroyed = list(gpu.get('destroyed_instances') or [])
     return {
         'index': gpu.get('index'),
         'name': gpu.get('name'),

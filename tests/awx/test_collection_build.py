@@ -149,3 +149,21 @@ def test_the_changelog_has_the_release_of_the_current_version():
         notes = handle.read()
     assert '\nv%s\n' % version in notes
     assert 'nvidia_mig_layout_failure - ' in notes  # a module new in this version, from its version_added
+
+
+def test_every_changelog_fragment_is_valid():
+    """What antsibull-changelog lint checks first (make changelog stops at a fragment it cannot read): a YAML
+    mapping of the sections of changelogs/config.yaml to lists of strings. A ': ' inside a plain line is the
+    usual slip."""
+    sections = set(section for section, _title in load_yaml(os.path.join(REPO, 'changelogs', 'config.yaml'))['sections'])
+    sections.update(['release_summary', 'trivial'])
+    folder = os.path.join(REPO, 'changelogs', 'fragments')
+    for name in sorted(os.listdir(folder)):
+        try:
+            fragment = load_yaml(os.path.join(folder, name))
+        except yaml.YAMLError as exc:
+            raise AssertionError('changelogs/fragments/%s: %s' % (name, exc))
+        assert isinstance(fragment, dict) and set(fragment) <= sections, (name, sorted(fragment or {}))
+        for section, entries in fragment.items():
+            if section != 'release_summary':
+                assert isinstance(entries, list) and all(isinstance(entry, str) for entry in entries), (name, section)

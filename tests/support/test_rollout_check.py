@@ -12,10 +12,11 @@ __metaclass__ = type
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
-from .playbook import ansible_environment, run_playbook
+from .playbook import BIN, REPO, ansible_environment, run_playbook
 
 INVENTORY = os.path.join('inventories', 'simulated')
 HOSTS = ('sim-a100-01', 'sim-a30-01', 'sim-b200-01', 'sim-h100-01', 'sim-h200-01', 'sim-rtxpro-01')
@@ -37,9 +38,9 @@ def ansible_env(monkeypatch):
         monkeypatch.setenv(name, value)
 
 
-def fleet_run(state_dir, playbook='playbooks/mig_layout.yml', args=(), **extravars):
+def fleet_run(state_dir, playbook='playbooks/mig_layout.yml', args=(), envvars=None, **extravars):
     extravars['gpufleet_sim_state_dir'] = state_dir
-    return run_playbook(playbook, inventory=INVENTORY, extravars=extravars, args=list(args))
+    return run_playbook(playbook, inventory=INVENTORY, extravars=extravars, args=list(args), envvars=envvars)
 
 
 def host_files(state_dir):
@@ -186,3 +187,43 @@ def test_preflight_refuses_bad_input_with_one_line_before_any_host_is_touched(an
     assert set(r['play'] for r in run.results) == {'Pre-flight - check the settings and the layout catalog before any host is touched'}
     assert not [r for r in run.results if (r['action'] or '').startswith('gpufleet.mig.nvidia_mig')]
     assert not os.path.exists(str(tmp_path / 'never-created'))
+
+
+def ansible_playbook(state_dir, cache_dir, *args):
+    """ansible-playbook itself, with a jsonfile fact cache kept between runs (ansible-runner would put its cache in
+    each job's own artifacts folder; AWX copies its fact storage there)."""
+    env = ansible_environment(ANSIBLE_CACHE_PLUGIN='jsonfile', ANSIBLE_CACHE_PLUGIN_CONNECTION=cache_dir)
+    argv = [os.path.join(BIN, 'ansible-playbook'), '-i', INVENTORY, 'playbooks/mig_layout.yml',
+            '-e', json.dumps({'gpufleet_sim_state_dir': state_dir})] + list(args)
+    return subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=600, check=False)
+
+
+def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_fleet, tmp_path):
+    """The GPUs each host's last decision reported are a cached fact: no extra call, and the next run refuses a
+    layout that would be declared everywhere and apply nowhere."""
+    cache = str(tmp_path / 'facts')
+    nowhere = json.dumps({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [
+        {'devices': 'all', 'device-filter': '0x12345678', 'mig-enabled': True, 'mig-devices': {'1g': 1}}]}})
+    a30_only = json.dumps({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [
+        {'devices': 'all', 'device-filter': '0x20B710DE', 'mig-enabled': True, 'mig-devices': {'2g': 2}}]}})
+    before = host_files(daytime_fleet)
+    # Without known GPUs the pre-flight cannot tell: the (dry) run goes on, and keeps each host's GPUs.
+    first = ansible_playbook(daytime_fleet, cache, '--check', '-e', nowhere, '-e', 'mig_layout_serial=100%')
+    assert 'Keep the host\'s MIG-capable GPUs for the next pre-flight' in first.stdout, first.stdout[-3000:]
+    # One file per host (ansible-core 2.19 prefixes the names with the cache's schema, s1_).
+    files = dict((name.split('_', 1)[-1], name) for name in os.listdir(cache))
+    assert sorted(files) == sorted(HOSTS)
+    with open(os.path.join(cache, files['sim-h200-01'])) as handle:
+        assert '0x233510DE' in handle.read()
+    refused = ansible_playbook(daytime_fleet, cache, '-e', nowhere)
+    assert refused.returncode == 2, refused.stdout[-3000:]
+    message = ('Nothing was changed: layout n matches no GPU of any host of the play (their GPUs as their last run '
+               'reported them): it would be declared everywhere and applied nowhere; check its device-filter, devices '
+               'and gpufleet-memory-slices')
+    assert '[ERROR]: Task failed: Action failed: %s\n' % message in refused.stdout, refused.stdout[-3000:]
+    assert 'PLAY [Roll out the MIG layout]' not in refused.stdout
+    # A layout that matches one host's GPUs (the A30s) goes on.
+    matching = ansible_playbook(daytime_fleet, cache, '--check', '-e', a30_only, '-e', 'mig_layout_serial=100%')
+    assert 'PLAY [Roll out the MIG layout]' in matching.stdout and matching.returncode == 0, matching.stdout[-3000:]
+    assert host_files(daytime_fleet) == before

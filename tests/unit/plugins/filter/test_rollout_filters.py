@@ -38,8 +38,8 @@ def test_unknown_layout_names_the_closest_one():
 
 def test_catalog_filter_returns_the_error_as_one_line():
     checked = FILTERS['mig_layout_catalog'](CATALOG, 'nightime')
-    assert checked == {'configs': None, 'error': "layout 'nightime' is not defined; did you mean nighttime? "
-                                                 "(defined: daytime, nighttime)"}
+    assert checked == {'name': 'nightime', 'configs': None, 'matches': None,
+                       'error': "layout 'nightime' is not defined; did you mean nighttime? (defined: daytime, nighttime)"}
     good = FILTERS['mig_layout_catalog'](CATALOG, 'nighttime')
     assert good['error'] is None and good['configs']['nighttime'][0]['mig-devices'] == {'3g': 2}
 
@@ -140,3 +140,55 @@ def test_instances_filter_writes_them_as_the_plan_does():
     gpu_instances = [{'profile': '1g.10gb'}, {'profile': '3g.40gb'}, {'profile': '1g.10gb'}]
     assert FILTERS['mig_layout_instances'](gpu_instances) == '1x3g.40gb + 2x1g.10gb'
     assert FILTERS['mig_layout_instances']([]) == 'no instances'
+
+
+A100_DECISION = {
+    'gpus': [{'index': 1, 'pci_device_id': '0x20B210DE', 'free_space_after': {'total_slices': 8}},
+             {'index': 0, 'pci_device_id': '0x20B210DE', 'free_space_after': None}],
+    'unmatched_gpus': [{'index': 2, 'pci_device_id': '0x20B710DE', 'reason': 'matched by no entry'}],
+    'skipped_gpus': [{'index': 3, 'name': 'NVIDIA L40S'}],
+}
+
+
+def test_host_gpus_from_a_decision():
+    assert FILTERS['mig_layout_host_gpus'](A100_DECISION) == [
+        {'index': 0, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': None},
+        {'index': 1, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': 8},
+        {'index': 2, 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': None, 'memory_slices': None},
+    ]
+    assert FILTERS['mig_layout_host_gpus'](None) == []
+
+
+def entry_of(**fields):
+    entry = {'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g': 1}}
+    entry.update(fields)
+    return entry
+
+
+@pytest.mark.parametrize('entry, matches', [
+    (entry_of(), True),
+    (entry_of(**{'device-filter': '0x233010DE'}), False),                 # an H100 filter on A100/A30 GPUs
+    (entry_of(**{'device-filter': ['0x233010DE', '0x20B710DE']}), True),   # the A30 (unmatched by its last layout)
+    (entry_of(devices=[5]), False),
+    (entry_of(devices=[1], **{'gpufleet-memory-slices': 4}), False),      # GPU 1 has 8 memory slices
+    (entry_of(devices=[0], **{'gpufleet-memory-slices': 4}), True),       # GPU 0's are not known yet: it may
+    (entry_of(**{'device-filter': '0x20B210DE:0x1234', 'devices': [1]}), True),  # subsystem unknown: it may
+])
+def test_a_layout_may_match_the_known_gpus(entry, matches):
+    gpus = FILTERS['mig_layout_host_gpus'](A100_DECISION)
+    checked = FILTERS['mig_layout_catalog']({'n': [entry]}, 'n', False, None, gpus)
+    assert checked['error'] is None and checked['matches'] is matches
+    assert FILTERS['mig_layout_catalog']({'n': [entry]}, 'n')['matches'] is None
+
+
+def test_preflight_refuses_a_layout_no_known_gpu_of_any_host_matches():
+    nowhere = {'name': 'n', 'error': None, 'matches': False}
+    somewhere = {'name': 'n', 'error': None, 'matches': True}
+    unknown = {'name': 'n', 'error': None, 'matches': None}
+    assert FILTERS['mig_layout_preflight']([nowhere, nowhere], ['a', 'b']) == (
+        'Nothing was changed: layout n matches no GPU of any host of the play (their GPUs as their last run reported '
+        'them): it would be declared everywhere and applied nowhere; check its device-filter, devices and '
+        'gpufleet-memory-slices')
+    assert FILTERS['mig_layout_preflight']([nowhere, somewhere], ['a', 'b']) == ''
+    # A host whose GPUs are not known yet may match: no refusal.
+    assert FILTERS['mig_layout_preflight']([nowhere, unknown], ['a', 'b']) == ''
