@@ -71,8 +71,8 @@ options:
   gpu_clients:
     description:
       - systemd services that hold the GPUs; those running are stopped while the GPUs change and started after.
-      - By default the GPU clients NVIDIA ships (DCGM, dcgm-exporter, nvsm): a DCGM holding a MIG device makes NVML
-        refuse to destroy it with C(NVML_ERROR_IN_USE) and no process listed. V([]) stops none.
+      - By default the GPU clients NVIDIA ships (DCGM, dcgm-exporter, nvsm). A DCGM holding a MIG device makes NVML
+        refuse to destroy it with C(NVML_ERROR_IN_USE) and no process listed. An empty list stops none.
       - A destroy still refused that way fails the GPU as busy, naming the client to stop; RV(gpu_states) then says
         where every GPU stands.
     type: list

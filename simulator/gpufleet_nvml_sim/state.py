@@ -27,7 +27,7 @@ import tempfile
 from gpufleet_nvml_sim import rules
 from gpufleet_nvml_sim.abi import MAX_INSTANCE_ID
 from gpufleet_nvml_sim.errors import ERRORS, SimulatorError, error_name
-from gpufleet_nvml_sim.models import UnknownModel, compute_instance_name, for_driver, get_model
+from gpufleet_nvml_sim.models import UnknownModel, compute_instance_name, for_driver
 
 DEFAULT_DRIVER_VERSION = '580.95.05'
 _PCI_BUS_ID = re.compile(r'^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$')

@@ -18,11 +18,12 @@ from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_layout, nvidia_mig_mode
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
-from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.test_nvidia_mig_layout import (  # noqa: F401 (fixtures)
-    fake_systemctl,
-    host_paths,
-    layout_args,
-)
+from ansible_collections.gpufleet.mig.tests.unit.plugins.modules import test_nvidia_mig_layout as layout_tests
+
+# The layout module's fixtures and argument helper, shared.
+host_paths = layout_tests.host_paths
+fake_systemctl = layout_tests.fake_systemctl
+layout_args = layout_tests.layout_args
 
 ENABLED = {'current': 'enabled', 'pending': 'enabled'}
 DCGM_UNIT = 'nvidia-dcgm.service'
