@@ -52,7 +52,8 @@ options:
       - V(off) never asks the kubelet. The pods of the GPU processes that run are still found through their
         C(/proc/<pid>/cgroup) (named C(uid:<pod uid>)); a pod that holds an instance with no process running is then
         unknown, and that instance counts as idle.
-      - A device id of an C(nvidia.com/) resource that matches no GPU or MIG device of the host (UUID, index, or
+      - A device id of a GPU resource (C(nvidia.com/gpu), C(nvidia.com/mig-<profile>), either also with C(.shared) as
+        time-slicing's C(renameByDefault) names them) that matches no GPU or MIG device of the host (UUID, index, or
         C(<gpu>:<mig device>) index, with or without a C(::<replica>) suffix) fails the module, since which instances
         pods hold is then unknown.
     type: str

@@ -38,6 +38,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import
     PodResourcesUnavailable,
     UnknownDeviceIds,
     allocations_of,
+    gpu_allocations,
     list_pod_devices,
 )
 
@@ -109,7 +110,7 @@ def _pod_devices(socket_path):
     if not socket_path or not os.path.exists(socket_path):
         return []
     try:
-        return [d for d in list_pod_devices(socket_path) if d['resource'].startswith('nvidia.com/')]
+        return gpu_allocations(list_pod_devices(socket_path))
     except PodResourcesUnavailable:
         return []
 

@@ -29,6 +29,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, expand_layout
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import (
@@ -763,7 +764,8 @@ def concrete_instances(mig_devices, gpu):
 
 
 def gpu_pods(pods, names=None):
-    """Pods (Kubernetes objects) that request nvidia.com/gpu or nvidia.com/mig-* and still run.
+    """Pods (Kubernetes objects) that request a GPU resource (_gpu_resources: nvidia.com/gpu,
+    nvidia.com/mig-<profile>, either shared) and still run.
 
     With ``names`` the running pods named there instead, as 'namespace/name' or 'uid:<pod uid>'
     (how nvidia_mig_layout's pods_to_evict names them), whatever they request: the host saw them
@@ -790,6 +792,6 @@ def gpu_pods(pods, names=None):
             resources = container.get('resources') or {}
             for section in ('requests', 'limits'):
                 requested.update(resources.get(section) or {})
-        if any(n == 'nvidia.com/gpu' or n.startswith('nvidia.com/mig-') for n in requested):
+        if any(is_gpu_resource(n) for n in requested):
             found.append({'namespace': metadata.get('namespace', 'default'), 'name': metadata.get('name')})
     return sorted(found, key=lambda p: (p['namespace'], p['name']))

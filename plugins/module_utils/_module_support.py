@@ -28,6 +28,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import
     PodResourcesUnavailable,
     UnknownDeviceIds,
     allocations_of,
+    gpu_allocations,
     list_pod_devices,
     pods_of_pids,
 )
@@ -113,7 +114,7 @@ def _socket_absent(path):
 
 
 def read_pod_resources(module):
-    """(allocations of nvidia.com devices, status) from the kubelet; None allocations where not read.
+    """(allocations of GPU devices, status) from the kubelet; None allocations where not read.
 
     With auto, only a missing socket (not a Kubernetes node) goes on without the kubelet. A socket
     that exists but cannot be read fails: an instance a pod holds would look idle.
@@ -125,7 +126,7 @@ def read_pod_resources(module):
     if mode == 'auto' and _socket_absent(socket):
         return None, {'read': False, 'reason': 'no kubelet pod-resources socket at %s (not a Kubernetes node?)' % socket}
     try:
-        devices = [d for d in list_pod_devices(socket) if d['resource'].startswith('nvidia.com/')]
+        devices = gpu_allocations(list_pod_devices(socket))
     except PodResourcesUnavailable as exc:
         why = 'pod_resources=required' if mode == 'required' else 'the socket exists, so this is a Kubernetes node'
         module.fail_json(msg='which pods hold which GPU cannot be read (%s): %s. Nothing was changed. %s'

@@ -36,6 +36,8 @@ import os
 import re
 import stat
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import WHOLE_GPU, is_gpu_resource, resource_of_profile
+
 DEFAULT_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock'
 
 # Full method names: package "v1", service "PodResourcesLister".
@@ -477,9 +479,9 @@ def _pod_name(allocation):
     return '%s/%s' % (allocation['namespace'], allocation['pod'])
 
 
-def _is_gpu_resource(resource):
-    """nvidia.com/gpu, its shared variants (nvidia.com/gpu.shared) and nvidia.com/mig-<profile>[.shared]."""
-    return resource == 'nvidia.com/gpu' or resource.startswith(('nvidia.com/gpu.', 'nvidia.com/mig-'))
+def gpu_allocations(pod_devices):
+    """The entries of ``pod_devices`` (list_pod_devices) that hold GPU resources (_gpu_resources)."""
+    return [d for d in pod_devices if is_gpu_resource(d['resource'])]
 
 
 def allocations_of(host, pod_devices, pid_pods=None):
@@ -492,7 +494,7 @@ def allocations_of(host, pod_devices, pid_pods=None):
     ({pid: {'pod_uid', ...}}) adds the pods of running processes as 'uid:<pod uid>' (the cgroup
     names no namespace or pod name): what is known where pod-resources cannot be read.
 
-    Raises UnknownDeviceIds when a device id of nvidia.com/gpu or nvidia.com/mig-* matches none of
+    Raises UnknownDeviceIds when a device id of a GPU resource (_gpu_resources) matches none of
     these: dropping it would plan an instance a pod holds as free.
     """
     by_id = {}
@@ -510,7 +512,7 @@ def allocations_of(host, pod_devices, pid_pods=None):
     for allocation in pod_devices:
         # The GPU device plugin's resources only: NVIDIA's Network Operator also names nvidia.com/
         # resources (rdma_shared_device_a, hostdev, ...), whose ids are no GPU's.
-        if not _is_gpu_resource(allocation['resource']):
+        if not is_gpu_resource(allocation['resource']):
             continue
         for device_id in allocation['device_ids']:
             place = by_id.get(device_id) or by_id.get(_REPLICA_SUFFIX.sub('', device_id))
@@ -550,8 +552,8 @@ def node_resources(host):
         if gpu.get('mig_capable') and gpu['mig_mode']['current'] == 'enabled':
             for gi in gpu['gpu_instances']:
                 if [ci['profile'] for ci in gi['compute_instances']] == [gi['profile']]:
-                    name = 'nvidia.com/mig-' + gi['profile'].replace('+', '.')
+                    name = resource_of_profile(gi['profile'])
                     resources[name] = resources.get(name, 0) + 1
         else:
-            resources['nvidia.com/gpu'] = resources.get('nvidia.com/gpu', 0) + 1
+            resources[WHOLE_GPU] = resources.get(WHOLE_GPU, 0) + 1
     return resources

@@ -25,6 +25,8 @@ description:
     command, the systemd boot unit, and optionally the metrics textfile with its refresh timer.
   - Stops the host's GPU clients (systemd services such as DCGM) while the GPUs change, and starts them again.
   - Refuses to act when another owner of MIG (the C(nvidia-mig-manager) service) runs or is enabled.
+  - A change that fails outside this module (an eviction refused, a reboot) is recorded with
+    P(gpufleet.mig.nvidia_mig_layout_failure#module).
 extends_documentation_fragment:
   - gpufleet.mig.nvml
   - gpufleet.mig.nvml.pod_resources
@@ -108,7 +110,7 @@ options:
     description:
       - Prometheus textfile-collector folder for C(gpufleet_mig.prom), refreshed by this module and, with O(systemd),
         every minute by a timer. Empty writes no metrics.
-    type: str
+    type: path
     default: ''
   evict:
     description:
@@ -117,12 +119,6 @@ options:
       - Needs O(apply=false); the apply itself keeps every held instance.
     type: bool
     default: false
-  record_failure:
-    description:
-      - Record a failed apply with this message (for the metrics and the last apply record) and change nothing else.
-        For the role, when a step outside this module failed.
-    type: str
-    default: ''
 attributes:
   check_mode:
     support: full
@@ -136,6 +132,7 @@ seealso:
   - module: gpufleet.mig.nvidia_mig_instance
   - module: gpufleet.mig.nvidia_mig_mode
   - module: gpufleet.mig.nvidia_mig_facts
+  - module: gpufleet.mig.nvidia_mig_layout_failure
 '''
 
 EXAMPLES = r'''
@@ -167,15 +164,15 @@ layout:
   type: str
 in_layout:
   description: Every matched GPU holds the layout (after the apply; as found, with O(apply=false) or in check mode).
-  returned: unless O(record_failure) is set
+  returned: always
   type: bool
 reboot_required:
   description: A MIG mode change is pending and only a GPU reset (not allowed or refused) or a reboot applies it.
-  returned: unless O(record_failure) is set
+  returned: always
   type: bool
 gpus:
   description: One entry per GPU that an entry of the layout matches, as decided before the change.
-  returned: unless O(record_failure) is set
+  returned: always
   type: list
   elements: dict
   contains:
@@ -255,56 +252,52 @@ gpus:
       type: dict
 actions:
   description: What was done (empty with O(apply=false), in check mode and when in layout), each with its C(gpu).
-  returned: unless O(record_failure) is set
+  returned: always
   type: list
   elements: dict
 unmatched_gpus:
   description: MIG-capable GPUs no entry matches, left as they are, with the reason.
-  returned: unless O(record_failure) is set
+  returned: always
   type: list
   elements: dict
 skipped_gpus:
   description: GPUs without MIG that are left alone.
-  returned: unless O(record_failure) is set
+  returned: always
   type: list
   elements: dict
 layout_problems:
   description: Problems found in the other layouts of O(config) (not applied, so not fatal), by layout name.
-  returned: unless O(record_failure) is set
+  returned: always
   type: dict
 files:
   description: Files on the host that changed (would change, in check mode).
-  returned: unless O(record_failure) is set
+  returned: always
   type: list
   elements: str
 clients_stopped:
   description: GPU client services stopped during the change and started again.
-  returned: unless O(record_failure) is set
+  returned: always
   type: list
   elements: str
 pods_to_evict:
   description:
     - Pods (C(namespace/name), or C(uid:<pod uid>) when only their cgroup names them) whose instances the plan
       destroys, or that hold a whole GPU whose MIG mode changes. Only with O(evict) can it be non-empty.
-  returned: unless O(record_failure) is set
+  returned: always
   type: list
   elements: str
 pod_resources:
   description:
     - C(read) (whether the kubelet's pod-resources API answered), C(reason) when it did not, C(allocations) (every
-      container holding an C(nvidia.com/...) device, with its device ids) and C(pods) (the pods on the host's GPUs).
-  returned: unless O(record_failure) is set
+      container holding a GPU resource's device, with its device ids) and C(pods) (the pods on the host's GPUs).
+  returned: always
   type: dict
 resources:
   description:
     - The extended resources NVIDIA's device plugin (mixed MIG strategy) advertises for the GPUs as they end, for
       example C(nvidia.com/mig-3g.40gb) 4. The role waits for the node's allocatable to match it.
-  returned: unless O(record_failure) is set
+  returned: always
   type: dict
-recorded:
-  description: The failure message recorded for the metrics and the last apply record; with RV(layout), all that is returned then.
-  returned: when O(record_failure) is set
-  type: str
 '''
 
 import contextlib
@@ -465,15 +458,6 @@ def main_body(module):
     paths = paths_of(params)
     systemd = Systemd(module, params['systemd'])
 
-    if params['record_failure']:
-        # Bookkeeping only: no pods are read, so a kubelet that cannot be read leaves no failure unrecorded.
-        request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'])
-        if not module.check_mode:
-            with nvml_session(module) as backend:
-                record_apply(paths.config_dir, request.name, 'failed', 'ansible', params['record_failure'])
-                refresh_metrics(module, backend.read_host(), paths, request)
-        module.exit_json(changed=False, layout=request.name, recorded=params['record_failure'])
-
     pod_devices, pod_status = read_pod_resources(module)
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
                             pod_devices=pod_devices, evictable=params['evict'])
@@ -550,8 +534,7 @@ def main():
         systemd_dir=dict(type='path', default='/etc/systemd/system'),
         python=dict(type='str', default=''),
         boot_environment=dict(type='dict', default={}),
-        metrics_dir=dict(type='str', default=''),
-        record_failure=dict(type='str', default=''),
+        metrics_dir=dict(type='path', default=''),
         evict=dict(type='bool', default=False),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)

@@ -16,7 +16,7 @@ description:
     mode takes effect.
   - On an idle GPU a mode change applies at once (on Ampere the driver resets the GPU itself). When another
     client holds the GPU (nvidia-persistenced, DCGM, the nvidia_drm module) NVML leaves the change pending and
-    says why; RV(gpus[].pending_reason) reports it, and O(reset=if_idle) then resets the GPU.
+    says why; RV(gpus[].pending_reason) reports it, and O(allow_reset=true) then resets the GPU.
   - On Ampere (A100, A30) the mode persists across reboots; on Hopper and later (H100, H200, GH200, B200, ...) it
     does not (the boot unit of the P(gpufleet.mig.mig_layout#role) role re-applies it).
   - Disabling MIG on a GPU that has instances destroys them first.
@@ -37,13 +37,19 @@ options:
     type: str
     required: true
     choices: [enabled, disabled]
+  allow_reset:
+    description:
+      - Reset each GPU whose mode change stays pending, when it is idle (the same option, with the same meaning, as
+        O(gpufleet.mig.nvidia_mig_layout#module:allow_reset)).
+      - V(false) leaves a pending mode change for a later reset or reboot and reports RV(gpus[].reset_required).
+    type: bool
+    default: false
   reset:
     description:
-      - V(never) leaves a pending mode change for a later reset or reboot and reports RV(gpus[].reset_required).
-      - V(if_idle) resets each GPU whose mode is pending, when no process uses it.
+      - Deprecated, will be removed in 1.0.0; use O(allow_reset). V(if_idle) is O(allow_reset=true), V(never) is
+        O(allow_reset=false).
     type: str
     choices: [never, if_idle]
-    default: never
 attributes:
   check_mode:
     support: full
@@ -60,7 +66,7 @@ EXAMPLES = r'''
   gpufleet.mig.nvidia_mig_mode:
     gpus: [all]
     state: enabled
-    reset: if_idle
+    allow_reset: true
 
 - name: Disable MIG on GPU 3 only (destroys its idle instances)
   gpufleet.mig.nvidia_mig_mode:
@@ -146,7 +152,7 @@ def pods_holding(held):
 
 def main_body(module):
     wanted_enabled = module.params['state'] == 'enabled'
-    allow_reset = module.params['reset'] == 'if_idle'
+    allow_reset = module.params['allow_reset'] if module.params['reset'] is None else module.params['reset'] == 'if_idle'
     pod_devices, pod_status = read_pod_resources(module)
     with nvml_session(module) as backend:
         host = backend.read_host()
@@ -206,11 +212,13 @@ def main():
     argument_spec = dict(
         gpus=dict(type='list', elements='str', required=True),
         state=dict(type='str', required=True, choices=['enabled', 'disabled']),
-        reset=dict(type='str', default='never', choices=['never', 'if_idle']),
+        allow_reset=dict(type='bool', default=False),
+        # Named like nvidia_mig_layout's option since 0.2.0; the old name warns until it goes.
+        reset=dict(type='str', choices=['never', 'if_idle'], removed_in_version='1.0.0', removed_from_collection='gpufleet.mig'),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, mutually_exclusive=[('allow_reset', 'reset')])
     run_module(module, main_body)
 
 

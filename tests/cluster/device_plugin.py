@@ -60,17 +60,27 @@ VISIBLE_DEVICES_ENV = 'NVIDIA_VISIBLE_DEVICES'
 SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
 
 
+MODULE_UTILS = 'ansible_collections.gpufleet.mig.plugins.module_utils'
+
+
 def _load_module_util(name):
-    """A module_utils file of this repository by path: both used here import nothing of the collection."""
+    """A module_utils file of this repository by path, registered under its collection name so that the
+    module_utils it imports (loaded first, by the caller) resolve without the collection on the path.
+    One already imported (the collection on the path, as in the tests) is reused, never loaded twice."""
+    if '%s.%s' % (MODULE_UTILS, name) in sys.modules:
+        return sys.modules['%s.%s' % (MODULE_UTILS, name)]
     path = os.path.join(REPO, 'plugins', 'module_utils', name + '.py')
-    spec = importlib.util.spec_from_file_location('gpufleet_mig_' + name.lstrip('_'), path)
+    spec = importlib.util.spec_from_file_location('%s.%s' % (MODULE_UTILS, name), path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-wire = _load_module_util('_pod_resources')
+# In import order: _pod_resources imports _gpu_resources, which imports _mig_profile.
 MigProfile = _load_module_util('_mig_profile').MigProfile
+_load_module_util('_gpu_resources')
+wire = _load_module_util('_pod_resources')
 
 
 def log(message):

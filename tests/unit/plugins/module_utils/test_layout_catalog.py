@@ -668,8 +668,12 @@ def test_gpu_pods_selects_gpu_and_mig_requests_only():
         pod('cpu', {'requests': {'cpu': 1}}),
         pod('plugin', {'limits': {'nvidia.com/gpu': 1}}, owner='DaemonSet'),
         pod('done', {'limits': {'nvidia.com/gpu': 1}}, phase='Succeeded'),
+        # Time-slicing's renameByDefault names are GPU resources; the Network Operator's are not.
+        pod('shared', {'limits': {'nvidia.com/mig-1g.10gb.me.shared': 1}}),
+        pod('sliced', {'requests': {'nvidia.com/gpu.shared': 1}}),
+        pod('nic', {'limits': {'nvidia.com/hostdev': 1, 'nvidia.com/rdma_shared_device_a': 1}}),
     ]
-    assert [p['name'] for p in gpu_pods(pods)] == ['infer', 'init', 'train']
+    assert [p['name'] for p in gpu_pods(pods)] == ['infer', 'init', 'shared', 'sliced', 'train']
     # Only the named ones (by namespace/name, or by pod uid when only a process's cgroup named it), whatever
     # they request (the host saw them on an instance that goes); still no DaemonSet pod, nor one that is done.
     assert [p['name'] for p in gpu_pods(pods, ['team/infer', 'uid:uid-train', 'team/plugin', 'other/init', 'team/done'])] == [

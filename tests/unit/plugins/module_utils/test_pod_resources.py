@@ -489,3 +489,22 @@ def test_an_nvidia_device_id_that_matches_nothing_makes_the_allocations_unknown(
         pr.allocations_of(_host(), [_allocation('nvidia.com/gpu.shared', ['9::0'], pod='f')])
     with pytest.raises(pr.UnknownDeviceIds):
         pr.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb.shared', ['MIG-nothing::1'], pod='g')])
+
+
+def test_gpu_allocations_keep_gpu_resources_only():
+    kept = [_allocation('nvidia.com/gpu', ['1']), _allocation('nvidia.com/mig-1g.10gb.shared', ['0:0::1']),
+            _allocation('nvidia.com/gpu.shared', ['GPU-1::3'])]
+    dropped = [_allocation('nvidia.com/hostdev', ['0000:3b:00.2']), _allocation('example.com/nic', ['eth9'])]
+    assert pr.gpu_allocations(dropped[:1] + kept + dropped[1:]) == kept
+
+
+def test_node_resources_name_each_full_size_instance_by_its_profile():
+    def gi(profile, cis):
+        return {'profile': profile, 'compute_instances': [{'profile': ci} for ci in cis]}
+    host = {'gpus': [
+        {'mig_capable': True, 'mig_mode': {'current': 'enabled'}, 'gpu_instances': [
+            gi('1g.10gb+me', ['1g.10gb+me']), gi('1g.10gb', ['1g.10gb']), gi('1g.10gb', ['1g.10gb']),
+            gi('3g.40gb', ['1c.3g.40gb', '2c.3g.40gb']), gi('2g.20gb', [])]},
+        {'mig_capable': True, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []},
+        {'mig_capable': False, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []}]}
+    assert pr.node_resources(host) == {'nvidia.com/mig-1g.10gb.me': 1, 'nvidia.com/mig-1g.10gb': 2, 'nvidia.com/gpu': 2}

@@ -161,21 +161,6 @@ def test_bad_layout_is_refused_with_the_reason(simulated_host, run_module, host_
     assert disabled.read()['gpus'][0]['mig']['current'] == 'enabled' and not disabled.read()['gpus'][0]['gpu_instances']
 
 
-def test_record_failure_only_records(simulated_host, run_module, host_paths, tmp_path):
-    host = simulated_host([{'model': 'A30'}])
-    # It reads no pods: a kubelet socket that cannot be read keeps no failure unrecorded.
-    unreadable = tmp_path / 'kubelet.sock'
-    unreadable.write_text('')
-    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, record_failure='eviction refused by a PodDisruptionBudget',
-                                                                    pod_resources_socket=str(unreadable)))
-    assert not failed and not result['changed'] and mutating_calls(host) == []
-    assert result == {'changed': False, 'layout': 'all-disabled', 'recorded': 'eviction refused by a PodDisruptionBudget'}
-    record = json.loads(read(os.path.join(host_paths['config_dir'], 'last_apply.json')))
-    assert record == dict(record, result='failed', source='ansible', layout='all-disabled', message='eviction refused by a PodDisruptionBudget')
-    metrics = read(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom'))
-    assert 'gpufleet_mig_layout_last_apply_success{layout="all-disabled",source="ansible"} 0' in metrics
-
-
 # ---- systemd: units, GPU clients, other owners -------------------------------------------
 
 @pytest.fixture

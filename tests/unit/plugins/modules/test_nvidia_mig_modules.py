@@ -15,6 +15,8 @@ import sys
 import gpufleet_nvml_sim as simulator
 import pytest
 
+from ansible.module_utils.common.warnings import get_deprecation_messages
+
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.conftest import mig_uuids, pods_on
@@ -118,15 +120,27 @@ def test_mode_held_by_a_client_stays_pending_with_the_reason(simulated_host, run
     assert gpu['after'] == {'current': 'disabled', 'pending': 'enabled'} and gpu['reset_required']
     assert 'NVML_ERROR_IN_USE' in gpu['pending_reason'] and 'another client' in gpu['pending_reason']
     # A reset is refused while the client holds the GPU: a clear failure, the mode still pending.
-    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'allow_reset': True})
     assert failed and 'reset' in result['msg']
     assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'enabled'}
     simulator.set_clients(host.path, 0, [])
-    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'allow_reset': True})
     assert not failed and result['changed'] and result['gpus'][0]['reset_performed']
     assert result['gpus'][0]['after'] == ENABLED and not result['gpus'][0]['reset_required']
-    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'})
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'allow_reset': True})
     assert not failed and not result['changed']
+
+
+@pytest.mark.parametrize('reset, performed', [('if_idle', True), ('never', False)])
+def test_mode_deprecated_reset_still_means_allow_reset_and_warns(simulated_host, run_module, reset, performed):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'clients': ['nvidia-persistenced']}])
+    run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
+    simulator.set_clients(host.path, 0, [])
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': reset})
+    assert not failed, result
+    assert result['gpus'][0]['reset_performed'] is performed and result['gpus'][0]['reset_required'] is not performed
+    # Ansible keeps each deprecation once per process: present after the run, whichever test ran first.
+    assert [d.get('version') for d in get_deprecation_messages() if 'reset' in d['msg']] == ['1.0.0'], get_deprecation_messages()
 
 
 def test_mode_hopper_applies_at_once(simulated_host, run_module):
@@ -140,7 +154,7 @@ def test_mode_hopper_applies_at_once(simulated_host, run_module):
 def test_mode_check_mode_predicts_and_mutates_nothing(simulated_host, run_module):
     host = simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'H100-SXM5-80GB'}])
     before = host.read()['gpus']
-    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle'},
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'allow_reset': True},
                                 check_mode=True, diff=True)
     assert not failed and result['changed']
     assert [g['after'] for g in result['gpus']] == [ENABLED, ENABLED]
@@ -158,7 +172,7 @@ def test_mode_disable_refuses_busy_gpu_and_changes_nothing(simulated_host, run_m
 
 def test_mode_disable_destroys_idle_instances_first(simulated_host, run_module):
     host = busy_3g_host(simulated_host, pids=())
-    result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled', 'reset': 'if_idle'})
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled', 'allow_reset': True})
     assert not failed, result
     assert result['gpus'][0]['destroyed_instances'][0]['profile'] == '3g.40gb'
     assert result['gpus'][0]['after'] == {'current': 'disabled', 'pending': 'disabled'}
@@ -178,7 +192,9 @@ def test_mode_non_capable_explicit_is_error_all_is_skipped(simulated_host, run_m
 @pytest.mark.parametrize('args, message', [
     ({'gpus': ['all'], 'state': 'on'}, 'value of state must be one of'),
     ({'gpus': ['nine'], 'state': 'enabled'}, 'invalid GPU selector'),
+    ({'gpus': ['all'], 'state': 'enabled', 'allow_reset': 'if_idle'}, 'allow_reset'),
     ({'gpus': ['all'], 'state': 'enabled', 'reset': 'always'}, 'value of reset must be one of'),
+    ({'gpus': ['all'], 'state': 'enabled', 'reset': 'if_idle', 'allow_reset': True}, 'mutually exclusive: allow_reset|reset'),
     ({'gpus': ['all'], 'state': 'enabled', 'lock_timeout': -1}, 'lock_timeout'),
 ])
 def test_mode_bad_input(simulated_host, run_module, args, message):
