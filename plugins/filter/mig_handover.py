@@ -62,6 +62,11 @@ def mig_handover_advertised(expected, advertised, strategy='uuid'):
     return _call(handover.Advertisement, expected, advertised, strategy).as_dict()
 
 
+def mig_handover_allocatable_short(expected_counts, allocatable):
+    """The GPU resources the node's allocatable advertises fewer of than the GPUs hold."""
+    return handover.allocatable_short(expected_counts, allocatable)
+
+
 def mig_handover_layout(labels, configured, follow_label, layouts):
     """The layout this run applies (the role's, or the node label's when followed), with its reason or problem."""
     return handover.LayoutRequest(labels, configured, follow_label, layouts).as_dict()
@@ -90,6 +95,7 @@ class FilterModule(object):
             'mig_handover_paused_left': mig_handover_paused_left,
             'mig_handover_pods_left': mig_handover_pods_left,
             'mig_handover_advertised': mig_handover_advertised,
+            'mig_handover_allocatable_short': mig_handover_allocatable_short,
             'mig_handover_layout': mig_handover_layout,
             'mig_handover_recovery': mig_handover_recovery,
             'mig_handover_event': mig_handover_event,

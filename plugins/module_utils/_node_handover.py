@@ -360,6 +360,23 @@ class Advertisement(object):
         return {'matches': self.matches, 'missing': self.missing, 'stale': self.stale, 'problem': self.problem()}
 
 
+def allocatable_short(expected_counts, allocatable):
+    """The GPU resources the Node's allocatable advertises fewer of than ``expected_counts``, as messages.
+
+    Where the host cannot say which device ids it expects (no expected_device_ids), counts are all the
+    role can compare: at least what the GPUs hold (time-slicing advertises a multiple). A ``.shared``
+    resource counts for its base resource. Weaker than Advertisement: a plugin still advertising
+    destroyed instances passes when the counts are high enough.
+    """
+    have = {}
+    for resource, value in (allocatable or {}).items():
+        if is_gpu_resource(resource):
+            base = _base_resource(resource)
+            have[base] = have.get(base, 0) + int(value)
+    return ['%s: %d advertised, %d held' % (r, have.get(r, 0), int(n)) for r, n in sorted((expected_counts or {}).items())
+            if int(n) > 0 and have.get(r, 0) < int(n)]
+
+
 class LayoutRequest(object):
     """The layout a run applies: the role's, or (opt-in) the one the node's nvidia.com/mig.config requests.
 

@@ -347,3 +347,12 @@ def test_node_event_lives_in_default_and_pod_event_in_its_namespace():
     pev = h.event(pod('a'), 'EvictedForMIGChange', 'n' * 2000, stamp, warning=True)
     assert pev['metadata']['namespace'] == 'ml' and pev['regarding']['namespace'] == 'ml'
     assert pev['type'] == 'Warning' and len(pev['note']) == 1024
+
+
+def test_allocatable_counts_where_no_device_ids_are_expected():
+    expected = {'nvidia.com/mig-1g.10gb': 4, 'nvidia.com/mig-3g.40gb': 1, 'nvidia.com/mig-7g.80gb': 0}
+    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '4', 'nvidia.com/mig-3g.40gb': '1'}) == []
+    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb.shared': '8', 'nvidia.com/hostdev': '9'}) == [
+        'nvidia.com/mig-3g.40gb: 0 advertised, 1 held']
+    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '3', 'nvidia.com/mig-3g.40gb': '1'}) == [
+        'nvidia.com/mig-1g.10gb: 3 advertised, 4 held']
