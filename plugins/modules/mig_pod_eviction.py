@@ -14,14 +14,17 @@ short_description: Evict a set of pods through the Eviction API, all or none, tr
 version_added: 0.2.0
 description:
   - Posts a policy/v1 Eviction for each pod of O(pods) to the C(pods/eviction) subresource, honouring
-    PodDisruptionBudgets. With O(dry_run) each eviction is only tried (C(dryRun=All)): the API server runs every
+    PodDisruptionBudgets. With O(dry_run) each eviction is only tried (C(dryRun=All)); the API server runs every
     admission and budget check and changes nothing, so a caller can evict nobody when any of them would be refused.
-  - "M(kubernetes.core.k8s_drain) evicts one pod at a time and stops at the first refusal, leaving the pods before it
+  - M(kubernetes.core.k8s_drain) evicts one pod at a time and stops at the first refusal, leaving the pods before it
     evicted for nothing; the P(gpufleet.mig.mig_layout#role) role runs this module with O(dry_run=true) for every pod
-    first, then without it only when every eviction was allowed."
+    first, then without it only when every eviction was allowed.
   - A refusal is reported per pod in RV(results), not as a failure; the module fails only when the API cannot be
     reached or answers something else than a refusal for every pod.
-  - Runs where the Kubernetes API is reachable (usually the controller), with the C(kubernetes) Python client.
+  - Runs where the Kubernetes API is reachable (usually the controller), with the C(kubernetes) Python client. The
+    connection options are kubernetes.core's (same names, same C(K8S_AUTH_*) environment variables) and are resolved
+    the same way - enough for a token with O(host), else O(kubeconfig) or O(context), else the in-cluster
+    configuration, then the kubeconfig default.
 options:
   pods:
     description: The pods to evict.
@@ -44,8 +47,26 @@ options:
     description: Only try each eviction (C(dryRun=All)); nothing is evicted.
     type: bool
     default: false
-extends_documentation_fragment:
-  - kubernetes.core.k8s_auth_options
+  kubeconfig:
+    description: Path to a kubeconfig file, or its content as a dict (E(K8S_AUTH_KUBECONFIG)).
+    type: raw
+  context:
+    description: The kubeconfig context (E(K8S_AUTH_CONTEXT)).
+    type: str
+  host:
+    description: The API server URL (E(K8S_AUTH_HOST)).
+    type: str
+  api_key:
+    description: A bearer token (E(K8S_AUTH_API_KEY)); never logged.
+    type: str
+  ca_cert:
+    description: The API server's CA certificate file (E(K8S_AUTH_SSL_CA_CERT)).
+    type: path
+    aliases: [ssl_ca_cert]
+  validate_certs:
+    description: Verify the API server's certificate (E(K8S_AUTH_VERIFY_SSL)).
+    type: bool
+    aliases: [verify_ssl]
 attributes:
   check_mode:
     support: full
@@ -110,22 +131,52 @@ dry_run:
   type: bool
 '''
 
-import copy
 import json
+import traceback
 
-from ansible_collections.kubernetes.core.plugins.module_utils.ansiblemodule import AnsibleModule
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import CoreException
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
 try:
-    from kubernetes.client.api import core_v1_api
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
     from kubernetes.client.exceptions import ApiException
     from kubernetes.client.models import V1DeleteOptions, V1Eviction, V1ObjectMeta, V1Preconditions
 except ImportError:
-    # AnsibleK8SModule reports a missing kubernetes client itself.
-    pass
+    KUBERNETES_ERROR = traceback.format_exc()
+else:
+    KUBERNETES_ERROR = None
+
+
+def configuration(params):
+    """A client Configuration from kubernetes.core's connection options, resolved as kubernetes.core does
+    (kubernetes.core plugins/module_utils/k8s/client.py, _create_configuration)."""
+    conf = k8s_client.Configuration()
+    kubeconfig, context = params.get('kubeconfig'), params.get('context')
+    if params.get('host') and params.get('api_key'):
+        pass
+    elif kubeconfig or context:
+        _load_kubeconfig(kubeconfig, context, conf)
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=conf)
+        except k8s_config.ConfigException:
+            _load_kubeconfig(None, None, conf)
+    if params.get('host'):
+        conf.host = params['host'].rstrip('/')
+    if params.get('api_key'):
+        conf.api_key = {'authorization': 'Bearer %s' % params['api_key']}
+    if params.get('ca_cert'):
+        conf.ssl_ca_cert = params['ca_cert']
+    if params.get('validate_certs') is not None:
+        conf.verify_ssl = params['validate_certs']
+    return conf
+
+
+def _load_kubeconfig(kubeconfig, context, conf):
+    if isinstance(kubeconfig, dict):
+        k8s_config.load_kube_config_from_dict(config_dict=kubeconfig, context=context, client_configuration=conf)
+    else:
+        k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=conf)
 
 
 def answer_of(exc):
@@ -160,22 +211,30 @@ def evict(api, target, dry_run):
 
 
 def main():
-    argument_spec = copy.deepcopy(AUTH_ARG_SPEC)
-    argument_spec.update(
-        pods=dict(type='list', elements='dict', required=True, options=dict(
-            namespace=dict(type='str', required=True),
-            name=dict(type='str', required=True),
-            uid=dict(type='str'),
-        )),
-        dry_run=dict(type='bool', default=False),
+    module = AnsibleModule(
+        argument_spec=dict(
+            pods=dict(type='list', elements='dict', required=True, options=dict(
+                namespace=dict(type='str', required=True),
+                name=dict(type='str', required=True),
+                uid=dict(type='str'),
+            )),
+            dry_run=dict(type='bool', default=False),
+            kubeconfig=dict(type='raw', no_log=True, fallback=(env_fallback, ['K8S_AUTH_KUBECONFIG'])),
+            context=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_CONTEXT'])),
+            host=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_HOST'])),
+            api_key=dict(type='str', no_log=True, fallback=(env_fallback, ['K8S_AUTH_API_KEY'])),
+            ca_cert=dict(type='path', aliases=['ssl_ca_cert'], fallback=(env_fallback, ['K8S_AUTH_SSL_CA_CERT'])),
+            validate_certs=dict(type='bool', aliases=['verify_ssl'], fallback=(env_fallback, ['K8S_AUTH_VERIFY_SSL'])),
+        ),
+        supports_check_mode=True,
     )
-    module = AnsibleK8SModule(module_class=AnsibleModule, argument_spec=argument_spec, supports_check_mode=True)
+    if KUBERNETES_ERROR:
+        module.fail_json(msg=missing_required_lib('kubernetes'), exception=KUBERNETES_ERROR)
     dry_run = module.params['dry_run'] or module.check_mode
     try:
-        client = get_api_client(module=module)
-    except CoreException as exc:
-        module.fail_from_exception(exc)
-    api = core_v1_api.CoreV1Api(client.client.client)
+        api = k8s_client.CoreV1Api(k8s_client.ApiClient(configuration(module.params)))
+    except (k8s_config.ConfigException, IOError, ValueError) as exc:
+        module.fail_json(msg='cannot connect to the Kubernetes API: %s' % exc)
     results = [evict(api, dict(target), dry_run) for target in module.params['pods']]
     changed = not dry_run and any(r['allowed'] and r['status'] == 201 for r in results)
     module.exit_json(changed=changed, results=results, dry_run=dry_run)
