@@ -73,6 +73,7 @@ attributes:
     description: Every eviction is tried as a dry run, whatever O(dry_run) says.
   diff_mode:
     support: none
+    description: Reports no diff.
 author:
   - gpufleet.mig developers (@gpufleet)
 requirements:
