@@ -39,8 +39,9 @@ Strategies (they differ only in where a new instance goes and in repacking):
   ``--fragmentation-threshold``; the idle instances it moves are counted as moves (an idle
   instance keeps its idle time across a move).
 
-Stranded slices are those of _mig_geometry.analyze (docs/fragmentation.md), integrated over
-time on every GPU of the node. A second run with ``--idle-ttl 0`` semantics (purely dynamic:
+Stranded slices and fragmentation are those of _mig_geometry.analyze (docs/fragmentation.md):
+stranded slices integrated over time on every GPU of the node, fragmentation averaged over
+GPU time ("mean frag"). A second run with ``--idle-ttl 0`` semantics (purely dynamic:
 instances are destroyed when their pod leaves, so there is never an idle instance) is
 printed below the main table: there (c) has nothing it may move.
 
@@ -248,6 +249,7 @@ class Run(object):
         self.auto_order = get_model(model)['auto_placement_order']
         self.largest = max((name for name, share in request_profiles(catalog)), key=lambda n: catalog.get(n).rank())
         self.stranded_area = 0.0
+        self.fragmentation_area = 0.0
         self.free_area = 0.0
         self.idle_area = 0.0
         self.clock = 0.0
@@ -269,6 +271,7 @@ class Run(object):
         if elapsed > 0:
             for gpu in self.gpus:
                 self.stranded_area += gpu.figures['stranded_slices'] * elapsed
+                self.fragmentation_area += gpu.figures['fragmentation'] * elapsed
                 self.free_area += gpu.figures['free_slices'] * elapsed
                 self.idle_area += sum(gpu.catalog.get(gi.profile).memory_slices for gi in gpu.instances if not gi.allocated) * elapsed
             self.clock = when
@@ -385,7 +388,8 @@ def share(part, whole):
 class Sum(object):
     """Figures of one model and strategy added up over the independent days."""
 
-    FIELDS = ('requests', 'placed', 'largest_requests', 'largest_placed', 'stranded_area', 'free_area', 'idle_area',
+    FIELDS = ('requests', 'placed', 'largest_requests', 'largest_placed', 'stranded_area', 'fragmentation_area', 'free_area',
+              'idle_area',
               'moves', 'repacks', 'evicted', 'reused')
 
     def __init__(self):
@@ -412,19 +416,21 @@ def simulate(options, idle_ttl):
 
 
 def print_table(results, options):
-    header = '%-16s %-20s %8s %8s %9s %15s %10s %8s' % ('model', 'strategy', 'requests', 'placed', 'largest',
-                                                        'stranded slice-h', 'idle slice-h', 'moves')
+    header = '%-16s %-20s %8s %8s %9s %15s %10s %12s %8s' % ('model', 'strategy', 'requests', 'placed', 'largest',
+                                                             'stranded slice-h', 'mean frag', 'idle slice-h', 'moves')
+    gpu_minutes = options.days * options.hours * 60.0 * options.gpus
     print(header)
     print('-' * len(header))
     totals = dict((s, {'requests': 0, 'placed': 0, 'largest': 0, 'largest_placed': 0, 'stranded': 0.0, 'idle': 0.0,
-                       'moves': 0}) for s in STRATEGIES)
+                       'fragmentation': 0.0, 'moves': 0}) for s in STRATEGIES)
     for model, runs in results.items():
         for strategy in STRATEGIES:
             run = runs[strategy]
             requests = run.requests
-            print('%-16s %-20s %8d %7.1f%% %8.1f%% %15.1f %12.1f %8s' % (
+            print('%-16s %-20s %8d %7.1f%% %8.1f%% %15.1f %10.3f %12.1f %8s' % (
                 model if strategy == STRATEGIES[0] else '', LABELS[strategy], requests, share(run.placed, requests),
-                share(run.largest_placed, run.largest_requests), run.stranded_area / 60.0, run.idle_area / 60.0,
+                share(run.largest_placed, run.largest_requests), run.stranded_area / 60.0,
+                run.fragmentation_area / gpu_minutes, run.idle_area / 60.0,
                 run.moves if strategy == 'planner+repack' else '-'))
             total = totals[strategy]
             total['requests'] += requests
@@ -432,14 +438,15 @@ def print_table(results, options):
             total['largest'] += run.largest_requests
             total['largest_placed'] += run.largest_placed
             total['stranded'] += run.stranded_area / 60.0
+            total['fragmentation'] += run.fragmentation_area / gpu_minutes / len(results)
             total['idle'] += run.idle_area / 60.0
             total['moves'] += run.moves
     for strategy in STRATEGIES:
         total = totals[strategy]
-        print('%-16s %-20s %8d %7.1f%% %8.1f%% %15.1f %12.1f %8s' % (
+        print('%-16s %-20s %8d %7.1f%% %8.1f%% %15.1f %10.3f %12.1f %8s' % (
             'total' if strategy == STRATEGIES[0] else '', LABELS[strategy], total['requests'],
             share(total['placed'], total['requests']), share(total['largest_placed'], total['largest']), total['stranded'],
-            total['idle'], total['moves'] if strategy == 'planner+repack' else '-'))
+            total['fragmentation'], total['idle'], total['moves'] if strategy == 'planner+repack' else '-'))
     return totals
 
 

@@ -78,7 +78,7 @@ _value:
       C(data-largest-placeable) and C(data-fragmentation).
     - In it, C(ol.slices) holds one C(li.block) per GPU instance (C(data-state=instance), C(data-start), C(data-size),
       C(data-profile), C(data-gi-id), C(data-busy), C(data-allocated)) and per free memory slice
-      (C(data-state=free) or C(data-state=stranded), C(data-size=1)); a GPU without MIG or with MIG disabled has one
+      (C(data-state=free), C(data-state=stranded) or C(data-state=unusable), C(data-size=1)); a GPU without MIG or with MIG disabled has one
       block with C(data-state=no-mig) or C(data-state=mig-disabled) and C(data-allocated).
   type: str
 '''
@@ -162,7 +162,8 @@ ol.slices { min-height: 4.9rem; border: 1px solid #3e4c59; border-radius: 4px; o
 .free, .swatch.free { background: #f0fbf4; color: #0b6e3a; }
 .stranded, .swatch.stranded { background: repeating-linear-gradient(135deg, #fbd5d5 0 6px, #fff 6px 12px);
   color: #9b1c1c; font-weight: 700; }
-.block.free, .block.stranded { align-items: center; text-align: center; }
+.unusable, .swatch.unusable { background: #f5f7fa; color: #52606d; }
+.block.free, .block.stranded, .block.unusable { align-items: center; text-align: center; }
 .no-mig, .swatch.no-mig { background: #e4e7eb; color: #3e4c59; }
 .mig-disabled, .swatch.mig-disabled { background: repeating-linear-gradient(90deg, #e4e7eb 0 10px, #f5f7fa 10px 20px);
   color: #3e4c59; }
@@ -460,7 +461,8 @@ _LEGEND = (
     ('instance allocated', 'GPU instance allocated to a pod'),
     ('instance busy', 'GPU instance busy (processes running)'),
     ('free', 'free slice (a still-placeable profile can use it)'),
-    ('stranded', 'stranded slice (free, but no placeable profile can use it)'),
+    ('stranded', 'stranded slice (free, unusable as placed, usable after a repack of the same instances)'),
+    ('unusable', 'unusable slice (free, but no arrangement of these instances leaves a profile that can use it)'),
     ('mig-disabled', 'MIG disabled (whole GPU)'),
     ('no-mig', 'GPU without MIG'),
 )
@@ -527,6 +529,13 @@ def _whole_gpu_usage(gpu):
     return text
 
 
+_SLICE_TITLES = {
+    'free': 'free',
+    'stranded': 'stranded (free, but no profile that still fits can use it; a repack of the same instances would)',
+    'unusable': 'unusable (free, but the GPU\'s compute slices or profile counts are all taken: no arrangement uses it)',
+}
+
+
 def _render_bar(gpu):
     usage = _whole_gpu_usage(gpu)
     allocated = str(bool(gpu['allocated_to'])).lower()
@@ -545,9 +554,8 @@ def _render_bar(gpu):
     total = gpu['total_slices']
     cells = []
     for slice_index, state in enumerate(gpu['states']):
-        if state in ('free', 'stranded'):
-            title = ('memory slice %d: free' % slice_index if state == 'free' else
-                     'memory slice %d: stranded (free, but no profile that still fits can use it)' % slice_index)
+        if state in _SLICE_TITLES:
+            title = 'memory slice %d: %s' % (slice_index, _SLICE_TITLES[state])
             cells.append('<li class="block %s" data-state="%s" data-start="%d" data-size="1" style="grid-column: %d / span 1" '
                          'title="%s"><span>%s</span></li>' % (state, state, slice_index, slice_index + 1, _e(title), state))
         elif gpu['instances'][state]['start'] == slice_index:
@@ -624,10 +632,11 @@ def _render_host(host):
 _FOOTER = '''<footer><h2>Terms</h2><dl>
 <dt>Free slices</dt><dd>memory slices that no GPU instance covers.</dd>
 <dt>Largest placeable</dt><dd>the biggest profile of which one more instance still fits, honouring NVML's placements.</dd>
-<dt>Stranded slices</dt><dd>free slices that no placement of any still-placeable profile covers: memory nobody can be given
-until instances around them are removed or moved.</dd>
-<dt>Fragmentation</dt><dd>1 - largest placeable slices / free slices: 0.00 when all free memory fits one instance (or none
-is free), 1.00 when memory is free but nothing fits.</dd>
+<dt>Stranded slices</dt><dd>free slices that no still-placeable profile can use as the instances are placed, but that
+the best rearrangement of the same instances would make usable: memory a repack gives back. A slice that no arrangement
+can use (7x1g: every compute slice taken) is unusable, not stranded.</dd>
+<dt>Fragmentation</dt><dd>1 - largest placeable slices / largest placeable slices after the best rearrangement: 0.00 when
+the largest profile that could fit does fit (or nothing could), 0.50 when a repack would fit an instance twice as big.</dd>
 </dl></footer>'''
 
 

@@ -32,6 +32,10 @@ import re
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
 
+# NVIDIA's DRA driver for GPUs and MIG devices (NVIDIA/k8s-dra-driver-gpu, DriverName); its other driver,
+# compute-domain.nvidia.com, hands out IMEX channels, no GPU.
+DRA_GPU_DRIVER = 'gpu.nvidia.com'
+
 WHOLE_GPU = 'nvidia.com/gpu'
 MIG_PREFIX = 'nvidia.com/mig-'
 SHARED_SUFFIX = '.shared'
@@ -61,6 +65,15 @@ def _parts(name):
         # Only the names the plugin writes: no leading zeros (01g.10gb), no 0g.
         return None
     return profile, bool(match.group('shared'))
+
+
+# NVIDIA's device plugin advertises each replica of a shared (time-sliced or MPS) device as '<device id>::<replica>'.
+_REPLICA_SUFFIX = re.compile(r'::[0-9]+\Z')
+
+
+def strip_replica(device_id):
+    """The device id a shared replica's id names (``MIG-...::3`` -> ``MIG-...``); other ids unchanged."""
+    return _REPLICA_SUFFIX.sub('', device_id)
 
 
 def is_gpu_resource(name):

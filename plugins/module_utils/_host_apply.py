@@ -12,7 +12,8 @@ nvidia_mig_layout and the boot-time apply both call :func:`converge`; the decisi
 Per GPU, in this order: the entries of the layout that match it (mig-parted rules, see
 _layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _mig_apply).
 NVML describes a GPU's profiles only while MIG is enabled, so a GPU whose MIG is still off is
-planned in two steps: the mode now, its instances "after MIG is enabled".
+planned in two steps: the mode now, its instances "after MIG is enabled". Its entry is still checked
+before the first change of any GPU, against what can be known with MIG off (_mig_forecast).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,6 +29,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
     match_gpus,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of
@@ -57,7 +59,7 @@ class LayoutRequest(object):
 class GpuDecision(object):
     """What one matched GPU needs: its mode, and its instance plan (None until MIG is enabled)."""
 
-    def __init__(self, gpu, match, request, allocations):
+    def __init__(self, gpu, match, request, allocations, host_gpus=None):
         self.gpu = gpu
         self.match = match
         self.wanted_enabled = match['mig_enabled']
@@ -68,6 +70,7 @@ class GpuDecision(object):
         self.allocated = held.get('instances', {})
         self.evictable = request.evictable
         self.gpu_pods = list(held.get('gpu', [])) if self.mode.changed else []
+        self.index_pods = list(held.get('index_pods', []))
         problem = self.mode.problem()
         if problem and self.evictable and not self._pids_outside_pods(held):
             problem = None      # every process and pod is one evicted first
@@ -76,6 +79,7 @@ class GpuDecision(object):
         self.instances = None
         self.plan = None
         self.deferred = False
+        self.checked_with = None
         if self.wanted_enabled:
             # The entry may depend on the GPU's memory slices (pending match): known once MIG is on.
             if gpu['mig_mode']['current'] == 'enabled' and not match['pending']:
@@ -83,9 +87,18 @@ class GpuDecision(object):
                 self.plan = plan_gpu(gpu, self.instances, allocated=self.allocated, evictable=self.evictable)
             else:
                 self.deferred = True
+                # Refused now rather than after the mode step of this or another GPU (no half-changed host).
+                self.checked_with = check_without_mig(gpu, match, request.unmatched, request.name, host_gpus)
         elif gpu['gpu_instances']:
             # MIG goes off: every instance goes first (busy or allocated ones refuse here).
             self.plan = plan_gpu(gpu, {}, allocated=self.allocated, evictable=self.evictable)
+        if self.index_id_pods() and not self.evictable:
+            raise PlanningError(
+                'GPU %d: pod(s) %s hold MIG devices by index id (<gpu>:<mig device>, the device plugin\'s deviceIDStrategy '
+                'index), a position in the GPU\'s list of MIG devices; the change layout %s needs on this GPU shifts those '
+                'positions, so an id would name another instance. Nothing was changed: evict those pods first (the '
+                'mig_layout role does), or run the device plugin with deviceIDStrategy uuid'
+                % (self.index, ', '.join(self.index_id_pods()), request.name))
 
     def _pids_outside_pods(self, held):
         """Processes on the GPU that no pod holding it (or their instance) accounts for."""
@@ -130,12 +143,38 @@ class GpuDecision(object):
                  'allocated_to': list(self.allocated.get(gi['id'], []))}
                 for gi in self.gpu['gpu_instances'] if gi['id'] in ids]
 
+    def index_id_pods(self):
+        """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change.
+
+        A '<gpu>:<mig device>' id is a position in NVML's list of the GPU's MIG devices. Any instance
+        created or destroyed on the GPU may move the others in that list (the order NVML gives them is
+        not documented), so after any change an id may name another instance: the kubelet would then
+        hand a held instance to a second pod. Every such pod goes, whichever instance it holds.
+        """
+        changes = self.mode.changed or bool(self.plan and self.plan.changed)
+        return list(self.index_pods) if changes else []
+
+    def eviction_reasons(self):
+        """{pod: why it must be gone before this GPU changes}: on an instance the plan destroys, on the whole
+        GPU when its mode changes, or holding an index id on a GPU whose MIG devices change."""
+        reasons = {}
+        for pod in self.gpu_pods:
+            reasons.setdefault(pod, 'holds GPU %d, whose MIG mode changes' % self.index)
+        for instance in self.destroyed_instances():
+            for pod in instance['allocated_to']:
+                reasons.setdefault(pod, 'holds GPU %d\'s GPU instance %d (%s), which the layout destroys'
+                                   % (self.index, instance['id'], instance['profile']))
+        for pod in self.index_id_pods():
+            reasons.setdefault(pod, 'holds a MIG device of GPU %d by index id, which would name another instance once '
+                                    'the GPU\'s MIG devices change' % self.index)
+        return reasons
+
     def pods_to_evict(self):
-        """Pods that must be gone before this GPU changes: on instances the plan destroys, or on the
-        whole GPU when its mode changes."""
+        """Pods that must be gone before this GPU changes (see :meth:`eviction_reasons`), in that order."""
         pods = list(self.gpu_pods)
         for instance in self.destroyed_instances():
             pods.extend(p for p in instance['allocated_to'] if p not in pods)
+        pods.extend(p for p in self.index_id_pods() if p not in pods)
         return pods
 
     def as_dict(self):
@@ -154,11 +193,13 @@ class GpuDecision(object):
             'reboot_required': self.reboot_required,
             'deferred': self.deferred,
             'note': DEFERRED_NOTE if self.deferred else None,
+            'checked_with': self.checked_with,
             'before': layout_of(self.gpu),
             'after': self.plan.after if self.plan else ([] if not self.wanted_enabled else None),
             'actions': self.actions(),
             'destroyed_instances': self.destroyed_instances(),
             'pods_to_evict': self.pods_to_evict(),
+            'index_id_pods': self.index_id_pods(),
             'free_space_after': self.plan.analysis if self.plan else None,
         }
 
@@ -186,6 +227,14 @@ class HostDecision(object):
             pods.extend(p for p in gpu.pods_to_evict() if p not in pods)
         return sorted(pods)
 
+    def eviction_reasons(self):
+        """{pod: reason} for every pod of :meth:`pods_to_evict` (a pod on several GPUs: every reason, joined)."""
+        reasons = {}
+        for gpu in self.gpus:
+            for pod, reason in sorted(gpu.eviction_reasons().items()):
+                reasons[pod] = '%s; %s' % (reasons[pod], reason) if pod in reasons else reason
+        return reasons
+
 
 def decide(host, request):
     """Pure: the host's GPUs (backend read_host data) against ``request``. Raises on anything that
@@ -193,7 +242,7 @@ def decide(host, request):
     matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
     by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
     allocations = allocations_of(host, request.pod_devices, request.pid_pods)
-    decisions = [GpuDecision(by_index[match['index']], match, request, allocations) for match in matched['gpus']]
+    decisions = [GpuDecision(by_index[match['index']], match, request, allocations, host['gpus']) for match in matched['gpus']]
     return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
 
 

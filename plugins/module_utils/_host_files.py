@@ -31,6 +31,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils import (
     _layout_catalog,
     _layout_metrics,
     _mig_apply,
+    _mig_forecast,
     _mig_geometry,
     _mig_mode,
     _mig_planner,
@@ -42,7 +43,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics impor
 
 PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
 _BOOT_MODULES = (_boot_apply, _gpu_resources, _host_apply, _host_lock, _layout_catalog, _layout_metrics, _mig_apply,
-                 _mig_geometry, _mig_mode, _mig_planner, _mig_profile, _nvml_backend, _pod_resources)
+                 _mig_forecast, _mig_geometry, _mig_mode, _mig_planner, _mig_profile, _nvml_backend, _pod_resources)
 BOOT_CODE = tuple(module.__name__.rsplit('.', 1)[1] for module in _BOOT_MODULES)
 LAYOUT_UNIT = 'gpufleet-mig-layout.service'
 METRICS_SERVICE = 'gpufleet-mig-metrics.service'
@@ -90,16 +91,18 @@ def boot_code():
     return sources
 
 
-def declared_layout(request, decision, pod_resources_socket=None):
-    """layout.json: what the boot unit converges to (the same request the module applied)."""
+def declared_layout(request, pod_resources_socket=None):
+    """layout.json: what the boot unit converges to (the same request the module applied).
+
+    Only the request, nothing read from the GPUs: the file changes when the declared layout does,
+    never because a GPU's state did (a run after the one that enabled MIG rewrites nothing).
+    """
     return json.dumps({
         'name': request.name,
         'pod_resources_socket': pod_resources_socket,
         'entries': request.entries,
         'unmatched': request.unmatched,
         'allow_reset': request.allow_reset,
-        'gpus': [{'index': g.index, 'uuid': g.gpu['uuid'], 'mig_enabled': g.wanted_enabled, 'mig_devices': g.match['mig_devices']}
-                 for g in decision.gpus],
     }, indent=2, sort_keys=True) + '\n'
 
 
@@ -107,10 +110,10 @@ def _environment_lines(environment):
     return ''.join('Environment=%s\n' % json.dumps('%s=%s' % (key, environment[key])) for key in sorted(environment))
 
 
-def boot_files(paths, request, decision, boot_unit, metrics_timer):
+def boot_files(paths, request, boot_unit, metrics_timer):
     """(path, content, mode) of every file the host keeps, given the layout being declared."""
     lib = os.path.join(paths.lib_dir, *PACKAGE.split('.'))
-    files = [(paths.layout_file, declared_layout(request, decision, paths.pod_resources_socket), 0o644)]
+    files = [(paths.layout_file, declared_layout(request, paths.pod_resources_socket), 0o644)]
     files.extend((os.path.join(lib, name), source, 0o644) for name, source in sorted(boot_code().items()))
     files.append((paths.script, (
         '# %s\n'

@@ -17,10 +17,17 @@ Definitions (documented for users in docs/fragmentation.md):
   its placements, its max count and the one-``+me``-per-GPU rule.
 - *largest placeable*: the placeable profile with the most memory slices (then compute
   slices, then memory).
-- *stranded slices*: free slices that no placement of any still-placeable profile covers.
-- *fragmentation*: ``1 - largest_placeable_slices / free_slices``; 0.0 when nothing is
-  free, 1.0 when slices are free but nothing fits. 0.0 means all free memory can be
-  handed out as one instance.
+- *unusable slices*: free slices that no placement of any still-placeable profile covers.
+- *a rearrangement*: the same GPU instances (same profiles) at other valid placements. The
+  best one is searched exhaustively (a GPU has at most 8 memory slices).
+- *stranded slices*: unusable slices now minus the fewest unusable slices of any
+  rearrangement: free memory the current placement wastes and a repack would give back.
+  A slice no profile can use in any arrangement (7x1g on an A100: the 7 compute slices, or
+  the 1g count limit, are all taken, and no 1g starts at slice 7) is not stranded.
+- *fragmentation*: ``1 - largest_placeable_slices / repacked_largest_placeable_slices``,
+  the share of the largest request that a rearrangement would fit and the current placement
+  does not; 0.0 when no rearrangement fits anything (a full GPU, 7x1g) or the current
+  placement already fits the largest. An optimally placed GPU scores 0 stranded and 0.0.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -111,6 +118,7 @@ class Catalog(object):
     def __init__(self, profiles):
         self.profiles = dict((p.name, p) for p in profiles)
         self.total_slices = max([s + p.memory_slices for p in profiles for s in p.starts] or [0])
+        self._key = None
 
     @classmethod
     def from_data(cls, profiles_data):
@@ -124,6 +132,14 @@ class Catalog(object):
 
     def __contains__(self, name):
         return name in self.profiles
+
+    def key(self):
+        """What identifies this GPU's geometry (profiles, placements, counts, media rules), for caches."""
+        if self._key is None:
+            self._key = tuple(sorted((p.name, p.memory_slices, p.compute_slices, p.memory_mib, p.max_count, p.starts,
+                                      p.media_extensions, p.all_media_engines, p.no_media_engines)
+                                     for p in self.profiles.values()))
+        return self._key
 
 
 class Occupancy(object):
@@ -203,11 +219,10 @@ def placeable_count(catalog, occupancy, profile):
     return count
 
 
-def analyze(catalog, occupancy):
-    """Free-space figures of one GPU, as reported by nvidia_mig_facts and the metrics."""
+def _current_figures(catalog, occupancy):
+    """Figures of the current placement: (free mask, placeable, largest profile, usable mask)."""
     full = (1 << catalog.total_slices) - 1
     free_mask = full & ~occupancy.mask
-    free_slices = _bit_count(free_mask)
     placeable = {}
     usable_mask = 0
     largest = None
@@ -222,20 +237,100 @@ def analyze(catalog, occupancy):
                     usable_mask |= bits
             if largest is None or profile.rank() > largest.rank():
                 largest = profile
-    stranded = _bit_count(free_mask & ~usable_mask)
-    if free_slices == 0:
-        fragmentation = 0.0
-    elif largest is None:
-        fragmentation = 1.0
-    else:
-        fragmentation = round(1.0 - float(largest.memory_slices) / free_slices, 4)
+    return free_mask, placeable, largest, usable_mask & free_mask
+
+
+_BEST_CACHE = {}
+_BEST_CACHE_LIMIT = 4096
+
+
+def best_rearrangement(catalog, profile_names):
+    """The best any placement of these GPU instances can do: (largest profile or None, fewest unusable slices).
+
+    ``profile_names``: the profiles of every GPU instance of the GPU. The two figures are
+    optimised separately (each is the best of all valid placements: overlaps, max counts and
+    media rules honoured); None when the instances fit no placement at all. Results are
+    cached per GPU model and multiset of profiles: a fleet repeats a few of them.
+    """
+    names = tuple(sorted(profile_names))
+    key = (catalog.key(), names)
+    if key not in _BEST_CACHE:
+        if len(_BEST_CACHE) >= _BEST_CACHE_LIMIT:
+            _BEST_CACHE.clear()
+        _BEST_CACHE[key] = _search_best(catalog, names)
+    best = _BEST_CACHE[key]
+    # the cache keeps names: the profiles returned are this catalog's own
+    return None if best is None else (catalog.get(best[0]) if best[0] else None, best[1])
+
+
+def _search_best(catalog, names):
+    profiles = sorted((catalog.get(name) for name in names), key=lambda p: (p.rank(), p.name), reverse=True)
+    best = {}
+
+    def place(position, occupancy, lowest):
+        if position == len(profiles):
+            free_mask, _placeable, largest, usable = _current_figures(catalog, occupancy)
+            unusable = _bit_count(free_mask & ~usable)
+            if not best or _largest_rank(largest) > _largest_rank(best['largest']):
+                best['largest'] = largest
+            best['unusable'] = min(best.get('unusable', unusable), unusable)
+            return
+        profile = profiles[position]
+        for start in profile.starts:
+            if start < lowest or not occupancy.can_place(profile, start):
+                continue
+            following = profiles[position + 1] if position + 1 < len(profiles) else None
+            # identical profiles take increasing starts: no permutation is tried twice
+            place(position + 1, occupancy.with_instance(profile, start),
+                  start + 1 if following is not None and following.name == profile.name else 0)
+
+    place(0, Occupancy(), 0)
+    if not best:
+        return None
+    return (best['largest'].name if best['largest'] else None, best['unusable'])
+
+
+def _largest_rank(profile):
+    return profile.rank() if profile is not None else ()
+
+
+def _stranded_and_repacked(catalog, occupancy, largest, unusable_now):
+    """(stranded slices, repacked largest profile) of the current placement against the best rearrangement."""
+    names = []
+    for name, count in occupancy.counts.items():
+        names.extend([name] * count)
+    best = best_rearrangement(catalog, names)
+    if best is None:   # a placement NVML would not make: judge it as it is
+        return 0, largest
+    repacked, fewest_unusable = best
+    if _largest_rank(largest) > _largest_rank(repacked):
+        repacked = largest
+    return max(0, unusable_now - fewest_unusable), repacked
+
+
+def analyze(catalog, occupancy):
+    """Free-space figures of one GPU, as reported by nvidia_mig_facts, the metrics, the map and the repack.
+
+    ``unusable_slices`` and the placement-only figures describe the GPU as it is;
+    ``stranded_slices``, ``repacked_largest_placeable`` and ``fragmentation`` compare it with the
+    best rearrangement of its instances (module docstring).
+    """
+    free_mask, placeable, largest, usable = _current_figures(catalog, occupancy)
+    unusable = _bit_count(free_mask & ~usable)
+    stranded, repacked = _stranded_and_repacked(catalog, occupancy, largest, unusable)
+    largest_slices = largest.memory_slices if largest else 0
+    repacked_slices = repacked.memory_slices if repacked else 0
+    fragmentation = round(1.0 - float(largest_slices) / repacked_slices, 4) if repacked_slices else 0.0
     return {
         'total_slices': catalog.total_slices,
-        'free_slices': free_slices,
+        'free_slices': _bit_count(free_mask),
         'placeable': placeable,
         'largest_placeable': largest.name if largest else None,
-        'largest_placeable_slices': largest.memory_slices if largest else 0,
+        'largest_placeable_slices': largest_slices,
+        'unusable_slices': unusable,
         'stranded_slices': stranded,
+        'repacked_largest_placeable': repacked.name if repacked else None,
+        'repacked_largest_placeable_slices': repacked_slices,
         'fragmentation': fragmentation,
     }
 
@@ -290,9 +385,12 @@ def slice_states(catalog, instances):
 
     ``instances``: list of (profile_name, start). Returns a list of ``catalog.total_slices``
     entries: the position in ``instances`` of the GPU instance covering that slice, or
-    ``'free'``, or ``'stranded'`` (free, but no placement of a still-placeable profile covers
-    it: the same test as :func:`analyze`, so the stranded entries add up to its
-    ``stranded_slices``). Overlapping instances or a start that is not one of the profile's
+    ``'free'`` (a still-placeable profile can use it), ``'stranded'`` or ``'unusable'``. The
+    free slices no placeable profile covers are :func:`analyze`'s ``unusable_slices``; the
+    first ``stranded_slices`` of them, from slice 0 up, are ``'stranded'`` (a rearrangement
+    would make them usable) and the rest, the highest slices, ``'unusable'`` (no arrangement of
+    these instances can use them: on 8-slice GPUs slice 7 after 7x1g). So the entries add up
+    to analyze's figures. Overlapping instances or a start that is not one of the profile's
     placements raise :class:`GeometryError`.
     """
     states = ['free'] * catalog.total_slices
@@ -311,14 +409,9 @@ def slice_states(catalog, instances):
             states[index] = position
         placed.append((name, start))
     occupancy = Occupancy.of(catalog, placed)
-    usable_mask = 0
-    for profile in catalog.profiles.values():
-        if placeable_count(catalog, occupancy, profile):
-            for start in profile.starts:
-                bits = slice_mask(start, profile.memory_slices)
-                if not occupancy.mask & bits:
-                    usable_mask |= bits
-    for index, state in enumerate(states):
-        if state == 'free' and not usable_mask & slice_mask(index, 1):
-            states[index] = 'stranded'
+    free_mask, _placeable, largest, usable = _current_figures(catalog, occupancy)
+    unusable = [index for index in range(catalog.total_slices) if free_mask & ~usable & slice_mask(index, 1)]
+    stranded, _repacked = _stranded_and_repacked(catalog, occupancy, largest, len(unusable))
+    for rank, index in enumerate(unusable):
+        states[index] = 'stranded' if rank < stranded else 'unusable'
     return states

@@ -41,6 +41,9 @@ HOST_LOCK_PATH = '/run/gpufleet-mig/host.lock'
 _ARCHITECTURES = {2: 'kepler', 3: 'maxwell', 4: 'pascal', 5: 'volta', 6: 'turing', 7: 'ampere', 8: 'ada',
                   9: 'hopper', 10: 'blackwell', 13: 'rubin'}
 _MAX_PLACEMENTS = 32
+# GPU instance profile ids asked for while MIG is off (NVML lists no profile then, only placements by id).
+# The highest id NVIDIA has published is 67 (RTX PRO 6000 Blackwell 1g.24gb-me, nvidia-smi mig -lgip).
+_PROFILE_IDS_WITHOUT_MIG = 96
 _MAX_INSTANCES = 32
 
 
@@ -148,6 +151,7 @@ class NvmlBackend(object):
             'pci_bus_id': _text(pci.busId),
             'architecture': _ARCHITECTURES.get(self._call(index, 'read architecture', pynvml.nvmlDeviceGetArchitecture, handle), 'unknown'),
             'memory_total_mib': self._call(index, 'read memory', pynvml.nvmlDeviceGetMemoryInfo, handle).total // (1024 * 1024),
+            'minor_number': self._minor_number(index, handle),
             'mig_capable': True,
             'mig_mode': {'current': 'disabled', 'pending': 'disabled'},
             'profiles': [],
@@ -167,6 +171,8 @@ class NvmlBackend(object):
         gpu['reset_required'] = current != pending
         if not current:
             gpu['processes'] = self._processes(index, handle)
+            if gpu['mig_capable']:
+                gpu['placements_without_mig'] = self._placements_without_mig(index, handle)
             return gpu
         gi_profiles = self._gi_profile_infos(index, handle)
         gpu['gpu_instances'] = self._gpu_instances(index, handle, gi_profiles)
@@ -174,6 +180,38 @@ class NvmlBackend(object):
             gpu['profiles'], gpu['unsupported_profiles'] = self._profiles(index, handle, gi_profiles, gpu['gpu_instances'])
             gpu['profiles_known'] = True
         return gpu
+
+    def _minor_number(self, index, handle):
+        """The GPU's /dev/nvidia<minor>: NVIDIA's DRA driver names devices by it (gpu-<minor>...), and it
+        need not equal the NVML index. None where NVML cannot tell (then DRA devices cannot be mapped)."""
+        try:
+            return pynvml.nvmlDeviceGetMinorNumber(handle)
+        except pynvml.NVMLError as exc:
+            if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                return None
+            raise BackendError('GPU %d: read minor number failed: %s' % (index, _nvml_error_name(exc)))
+
+    def _placements_without_mig(self, index, handle):
+        """[{profile_id, placements}] of every GPU instance profile id that answers while MIG is off.
+
+        With MIG off NVML describes no profile (NOT_SUPPORTED), but its possible placements answer
+        (nvml.h, nvmlDeviceGetGpuInstancePossiblePlacements_v2): they give the GPU's memory slices
+        before any change. An id the GPU does not offer answers NOT_SUPPORTED (or INVALID_ARGUMENT).
+        """
+        found = []
+        for profile_id in range(_PROFILE_IDS_WITHOUT_MIG):
+            array = (pynvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+            count = ctypes.c_uint(_MAX_PLACEMENTS)
+            try:
+                pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+            except pynvml.NVMLError as exc:
+                if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    continue
+                raise BackendError('GPU %d: read placements of profile %d with MIG off failed: %s (%s)'
+                                   % (index, profile_id, _nvml_error_name(exc), exc))
+            found.append({'profile_id': profile_id,
+                          'placements': [{'start': array[i].start, 'size': array[i].size} for i in range(count.value)]})
+        return found
 
     def _gi_profile_infos(self, index, handle):
         """(enum, v2 profile info) of every GPU instance profile the GPU offers (MIG must be enabled)."""

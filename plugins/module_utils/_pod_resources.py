@@ -36,7 +36,13 @@ import os
 import re
 import stat
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import WHOLE_GPU, is_gpu_resource, resource_of_profile
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import (
+    DRA_GPU_DRIVER,
+    WHOLE_GPU,
+    is_gpu_resource,
+    resource_of_profile,
+    strip_replica,
+)
 
 DEFAULT_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock'
 
@@ -209,10 +215,17 @@ def field_bool(fields, number):
 
 
 # ---- pod-resources v1 messages ----------------------------------------------------------------
+# Field numbers from kubernetes staging/src/k8s.io/kubelet/pkg/apis/podresources/v1/api.proto:
 # ListPodResourcesResponse   {repeated PodResources pod_resources = 1}
 # PodResources               {string name = 1; string namespace = 2; repeated ContainerResources containers = 3}
-# ContainerResources         {string name = 1; repeated ContainerDevices devices = 2; cpu_ids = 3; memory = 4; ...}
+# ContainerResources         {string name = 1; repeated ContainerDevices devices = 2; cpu_ids = 3; memory = 4;
+#                             repeated DynamicResource dynamic_resources = 5}
 # ContainerDevices           {string resource_name = 1; repeated string device_ids = 2; TopologyInfo topology = 3}
+# DynamicResource            {(1: class_name, removed in 1.31) string claim_name = 2; string claim_namespace = 3;
+#                             repeated ClaimResource claim_resources = 4}
+# ClaimResource              {repeated CDIDevice cdi_devices = 1; string driver_name = 2; string pool_name = 3;
+#                             string device_name = 4}   (driver, pool and device name identify the device)
+# CDIDevice                  {string name = 1}          (fully qualified: vendor.com/class=name)
 # AllocatableResourcesResponse {repeated ContainerDevices devices = 1; cpu_ids = 2; memory = 3}
 
 def _merge(groups, key, device_ids):
@@ -220,13 +233,23 @@ def _merge(groups, key, device_ids):
     known.extend(device_id for device_id in device_ids if device_id not in known)
 
 
-def parse_list_response(data):
-    """Device allocations of a ListPodResourcesResponse, one entry per container and resource.
+def is_claim(allocation):
+    """True for an entry of list_pod_devices that is a DRA claim's device, False for a device plugin's devices."""
+    return 'driver' in allocation
 
-    The kubelet sends one ContainerDevices per device (each with its own NUMA topology); entries
-    of the same container and resource are merged, in the kubelet's order.
+
+def parse_list_response(data):
+    """Device allocations of a ListPodResourcesResponse.
+
+    Device plugins' devices: one entry per container and resource, ``{'namespace', 'pod',
+    'container', 'resource', 'device_ids'}``; the kubelet sends one ContainerDevices per device
+    (each with its own NUMA topology), entries of the same container and resource are merged, in
+    the kubelet's order. Then DRA (dynamic_resources): one entry per container and claimed device,
+    ``{'namespace', 'pod', 'container', 'claim': 'namespace/name', 'driver', 'pool', 'device',
+    'cdi_devices': [...]}`` (see :func:`is_claim`).
     """
     groups = {}
+    claims = []
     for pod in field_messages(decode_message(data), 1):
         namespace, name = field_string(pod, 2), field_string(pod, 1)
         for container in field_messages(pod, 3):
@@ -234,8 +257,16 @@ def parse_list_response(data):
             for devices in field_messages(container, 2):
                 key = (namespace, name, container_name, field_string(devices, 1))
                 _merge(groups, key, field_strings(devices, 2))
-    return [{'namespace': key[0], 'pod': key[1], 'container': key[2], 'resource': key[3], 'device_ids': ids}
-            for key, ids in groups.items()]
+            for claim in field_messages(container, 5):
+                claim_name = '%s/%s' % (field_string(claim, 3), field_string(claim, 2))
+                for resource in field_messages(claim, 4):
+                    claims.append({'namespace': namespace, 'pod': name, 'container': container_name, 'claim': claim_name,
+                                   'driver': field_string(resource, 2), 'pool': field_string(resource, 3),
+                                   'device': field_string(resource, 4),
+                                   'cdi_devices': [field_string(cdi, 1) for cdi in field_messages(resource, 1)]})
+    devices = [{'namespace': key[0], 'pod': key[1], 'container': key[2], 'resource': key[3], 'device_ids': ids}
+               for key, ids in groups.items()]
+    return devices + claims
 
 
 def parse_allocatable_response(data):
@@ -251,16 +282,28 @@ def encode_container_devices(resource, device_ids):
     return encode_message([(1, resource), (2, list(device_ids))])
 
 
+def encode_dynamic_resource(claim, devices):
+    """A DynamicResource message: ``claim`` 'namespace/name', ``devices`` [{'driver', 'pool', 'device',
+    'cdi_devices'}] (for servers and tests speaking the same API)."""
+    namespace, name = claim.split('/', 1)
+    resources = [encode_message([(1, [encode_message([(1, cdi)]) for cdi in device.get('cdi_devices', [])]),
+                                 (2, device['driver']), (3, device.get('pool', '')), (4, device.get('device', ''))])
+                 for device in devices]
+    return encode_message([(2, name), (3, namespace), (4, resources)])
+
+
 def encode_list_response(allocations):
     """A ListPodResourcesResponse from ``[{'namespace', 'pod', 'containers': [{'name', 'devices':
-    {resource: [device ids]}}]}]``: the inverse of parse_list_response, for test servers."""
+    {resource: [device ids]}, 'claims': {'namespace/claim': [{'driver', 'pool', 'device', 'cdi_devices'}]}}]}]``:
+    the inverse of parse_list_response, for test servers."""
     pods = []
     for pod in allocations:
         containers = []
         for container in pod.get('containers', []):
             devices = [encode_container_devices(resource, ids)
                        for resource, ids in sorted(container.get('devices', {}).items())]
-            containers.append(encode_message([(1, container['name']), (2, devices)]))
+            claims = [encode_dynamic_resource(claim, claimed) for claim, claimed in sorted(container.get('claims', {}).items())]
+            containers.append(encode_message([(1, container['name']), (2, devices), (5, claims)]))
         pods.append(encode_message([(1, pod['pod']), (2, pod['namespace']), (3, containers)]))
     return encode_message([(1, pods)])
 
@@ -357,7 +400,9 @@ def list_pod_devices(socket_path=DEFAULT_SOCKET, timeout=5.0):
 
     Returns ``[{'namespace': str, 'pod': str, 'container': str, 'resource': str, 'device_ids':
     [str, ...]}]``, one entry per container and extended resource that has devices (cpu and memory
-    assignments are left out). Pods without devices do not appear. Raises PodResourcesUnavailable.
+    assignments are left out), then one entry per container and DRA-claimed device (see
+    :func:`parse_list_response`; the kubelet reports them from Kubernetes 1.34 by default). Pods
+    without devices do not appear. Raises PodResourcesUnavailable.
     """
     return _parse('List', parse_list_response, _call(socket_path, LIST_METHOD, timeout), socket_path)
 
@@ -471,8 +516,19 @@ class UnknownDeviceIds(Exception):
     """The kubelet names devices that match nothing on this host: which instances pods hold is unknown."""
 
 
-# NVIDIA's device plugin names each replica of a shared (time-sliced or MPS) device '<device id>::<replica>'.
-_REPLICA_SUFFIX = re.compile(r'::[0-9]+$')
+# deviceIDStrategy index: '<gpu index>:<MIG device index>', a position in the GPU's list of MIG devices.
+_INDEX_ID = re.compile(r'^[0-9]+:[0-9]+$')
+
+# NVIDIA's DRA driver (NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin) names its devices after the GPU's
+# minor number (/dev/nvidia<minor>, not the NVML index): a whole GPU 'gpu-<minor>' (GpuInfo.CanonicalName), a
+# MIG device 'gpu-<minor>-mig-<GI profile id>-<placement start>-<placement size>' (MigDeviceInfo.CanonicalName in
+# deviceinfo.go of earlier releases) or 'gpu-<minor>-mig-<profile name without dots>-<GI profile id>-<placement
+# start>' (MigSpecTuple.ToCanonicalName of later ones), e.g. 'gpu-2-mig-1g24gb-19-0'. Its CDI devices are
+# 'k8s.gpu.nvidia.com/device=<that name>' and 'k8s.gpu.nvidia.com/claim=<claim uid>-<that name>' (cdi.go).
+_DRA_WHOLE_GPU = re.compile(r'^gpu-(?P<minor>[0-9]+)\Z')
+_DRA_MIG_OLD = re.compile(r'^gpu-(?P<minor>[0-9]+)-mig-(?P<profile_id>[0-9]+)-(?P<start>[0-9]+)-[0-9]+\Z')
+_DRA_MIG = re.compile(r'^gpu-(?P<minor>[0-9]+)-mig-[a-z0-9-]*[a-z][a-z0-9-]*-(?P<profile_id>[0-9]+)-(?P<start>[0-9]+)\Z')
+_DRA_STANDARD_CDI = re.compile(r'^k8s\.gpu\.nvidia\.com/device=(?P<name>.+)\Z')
 
 
 def _pod_name(allocation):
@@ -480,80 +536,175 @@ def _pod_name(allocation):
 
 
 def gpu_allocations(pod_devices):
-    """The entries of ``pod_devices`` (list_pod_devices) that hold GPU resources (_gpu_resources)."""
-    return [d for d in pod_devices if is_gpu_resource(d['resource'])]
+    """The entries of ``pod_devices`` (list_pod_devices) that hold GPUs: device plugins' GPU resources
+    (_gpu_resources) and the devices of DRA claims of NVIDIA's GPU driver."""
+    return [d for d in pod_devices
+            if (d['driver'] == DRA_GPU_DRIVER if is_claim(d) else is_gpu_resource(d['resource']))]
 
 
-def allocations_of(host, pod_devices, pid_pods=None):
-    """Which pod holds what, from the kubelet's pod-resources allocations (_pod_resources).
+def _dra_device_name(claim):
+    """The DRA driver's device name of a claimed device; from its standard CDI device where the kubelet
+    gives no device name."""
+    if claim['device']:
+        return claim['device']
+    for cdi in claim['cdi_devices']:
+        match = _DRA_STANDARD_CDI.match(cdi)
+        if match:
+            return match.group('name')
+    return ''
 
-    Returns {GPU uuid: {'instances': {GPU instance id: ['namespace/pod']}, 'gpu': ['namespace/pod']}}.
-    NVIDIA's device plugin names a device by its UUID (deviceIDStrategy uuid: 'MIG-...' for a MIG
-    device, 'GPU-...' for a whole GPU) or by index ('<gpu>:<mig device>' or '<gpu>'), with
-    '::<replica>' appended when the device is shared. ``pid_pods``
-    ({pid: {'pod_uid', ...}}) adds the pods of running processes as 'uid:<pod uid>' (the cgroup
-    names no namespace or pod name): what is known where pod-resources cannot be read.
 
-    Raises UnknownDeviceIds when a device id of a GPU resource (_gpu_resources) matches none of
-    these: dropping it would plan an instance a pod holds as free.
-    """
+def _dra_key(name):
+    """('gpu', minor) or ('mig', minor, GI profile id, placement start) of a DRA device name, or None."""
+    match = _DRA_WHOLE_GPU.match(name)
+    if match:
+        return ('gpu', int(match.group('minor')))
+    match = _DRA_MIG_OLD.match(name) or _DRA_MIG.match(name)
+    if match:
+        return ('mig', int(match.group('minor')), int(match.group('profile_id')), int(match.group('start')))
+    return None
+
+
+def _places(host):
+    """Where each device id (device plugin) and each DRA device key points: (GPU uuid, GPU instance id or None)."""
     by_id = {}
+    by_dra = {}
     for gpu in host['gpus']:
         by_id[gpu['uuid']] = (gpu['uuid'], None)
         by_id[str(gpu['index'])] = (gpu['uuid'], None)
+        minor = gpu.get('minor_number')
+        if minor is not None:
+            by_dra[('gpu', minor)] = (gpu['uuid'], None)
         for gi in gpu['gpu_instances']:
+            if minor is not None and gi.get('profile_id') is not None:
+                by_dra[('mig', minor, gi['profile_id'], gi['placement']['start'])] = (gpu['uuid'], gi['id'])
             for ci in gi['compute_instances']:
                 if ci.get('uuid'):
                     by_id[ci['uuid']] = (gpu['uuid'], gi['id'])
                 if ci.get('mig_index') is not None:
                     by_id['%d:%d' % (gpu['index'], ci['mig_index'])] = (gpu['uuid'], gi['id'])
+    return by_id, by_dra
+
+
+def _hold(result, place, name, index_id=False):
+    gpu_uuid, gi_id = place
+    entry = result.setdefault(gpu_uuid, {'instances': {}, 'gpu': [], 'index_pods': []})
+    pods = entry['gpu'] if gi_id is None else entry['instances'].setdefault(gi_id, [])
+    if name not in pods:
+        pods.append(name)
+    if index_id and name not in entry['index_pods']:
+        entry['index_pods'].append(name)
+
+
+def allocations_of(host, pod_devices, pid_pods=None):
+    """Which pod holds what, from the kubelet's pod-resources allocations (_pod_resources).
+
+    Returns {GPU uuid: {'instances': {GPU instance id: ['namespace/pod']}, 'gpu': ['namespace/pod'],
+    'index_pods': ['namespace/pod']}}. NVIDIA's device plugin names a device by its UUID
+    (deviceIDStrategy uuid: 'MIG-...' for a MIG device, 'GPU-...' for a whole GPU) or by index
+    ('<gpu>:<mig device>' or '<gpu>'), with '::<replica>' appended when the device is shared;
+    ``index_pods`` are the pods holding a '<gpu>:<mig device>' id of that GPU, which names a
+    position in the GPU's list of MIG devices and shifts when its instances change. A DRA claim's
+    device of NVIDIA's GPU driver (gpu.nvidia.com) is held like a device plugin's, whether or not
+    a process uses it. ``pid_pods`` ({pid: {'pod_uid', ...}}) adds the pods of running processes as
+    'uid:<pod uid>' (the cgroup names no namespace or pod name): what is known where pod-resources
+    cannot be read.
+
+    Raises UnknownDeviceIds when a device id of a GPU resource (_gpu_resources), or a device of a
+    GPU DRA claim, matches none of these: dropping it would plan an instance a pod holds as free.
+    """
+    by_id, by_dra = _places(host)
     result = {}
     unknown = []
     for allocation in pod_devices:
+        if is_claim(allocation):
+            # Only NVIDIA's GPU driver: its ComputeDomain driver (compute-domain.nvidia.com) and other
+            # vendors' drivers hand out no GPU.
+            if allocation['driver'] != DRA_GPU_DRIVER:
+                continue
+            name = _dra_device_name(allocation)
+            key = _dra_key(name)
+            place = by_dra.get(key) if key else None
+            if place is None:
+                unknown.append('%s (DRA claim %s of pod %s, driver %s, pool %s)' % (
+                    name or '(no device name)', allocation['claim'], _pod_name(allocation), allocation['driver'],
+                    allocation['pool'] or '-'))
+                continue
+            _hold(result, place, _pod_name(allocation))
+            continue
         # The GPU device plugin's resources only: NVIDIA's Network Operator also names nvidia.com/
         # resources (rdma_shared_device_a, hostdev, ...), whose ids are no GPU's.
         if not is_gpu_resource(allocation['resource']):
             continue
         for device_id in allocation['device_ids']:
-            place = by_id.get(device_id) or by_id.get(_REPLICA_SUFFIX.sub('', device_id))
+            bare = strip_replica(device_id)
+            place = by_id.get(device_id) or by_id.get(bare)
             if place is None:
                 unknown.append('%s (%s of pod %s)' % (device_id, allocation['resource'], _pod_name(allocation)))
                 continue
-            gpu_uuid, gi_id = place
-            entry = result.setdefault(gpu_uuid, {'instances': {}, 'gpu': []})
-            pods = entry['gpu'] if gi_id is None else entry['instances'].setdefault(gi_id, [])
-            if _pod_name(allocation) not in pods:
-                pods.append(_pod_name(allocation))
+            _hold(result, place, _pod_name(allocation), index_id=bool(_INDEX_ID.match(bare)))
     if unknown:
+        minors = '' if all(g.get('minor_number') is not None for g in host['gpus']) else (
+            '; NVML reported no minor number for some GPUs, which DRA device names need')
         raise UnknownDeviceIds(
-            'the kubelet lists device id(s) %s that match no GPU UUID, MIG device UUID, GPU index or <gpu>:<mig device> '
-            'index on this host (a device plugin id scheme this collection does not understand, or a device that is '
-            'gone): which instances pods hold is unknown, so nothing is planned' % ', '.join(unknown))
+            'the kubelet lists device(s) %s that match no GPU UUID, MIG device UUID, GPU index, <gpu>:<mig device> '
+            'index or GPU DRA device (gpu-<minor>, gpu-<minor>-mig-...) on this host (an id scheme this collection does '
+            'not understand, or a device that is gone%s): which instances pods hold is unknown, so nothing is planned'
+            % (', '.join(unknown), minors))
     for gpu in host['gpus'] if pid_pods else []:
         places = [(None, p['pid']) for p in gpu.get('processes') or []]
         places.extend((gi['id'], p['pid']) for gi in gpu['gpu_instances'] for ci in gi['compute_instances'] for p in ci['processes'])
         for gi_id, pid in places:
-            if pid not in pid_pods:
-                continue
-            entry = result.setdefault(gpu['uuid'], {'instances': {}, 'gpu': []})
-            pods = entry['gpu'] if gi_id is None else entry['instances'].setdefault(gi_id, [])
-            name = 'uid:%s' % pid_pods[pid]['pod_uid']
-            if name not in pods:
-                pods.append(name)
+            if pid in pid_pods:
+                _hold(result, (gpu['uuid'], gi_id), 'uid:%s' % pid_pods[pid]['pod_uid'])
     return result
 
 
-def node_resources(host):
-    """The extended resources NVIDIA's device plugin (mixed MIG strategy) advertises for ``host``:
-    one nvidia.com/mig-<profile> per GPU instance with one full-size compute instance, one
-    nvidia.com/gpu per GPU without MIG."""
-    resources = {}
+def _advertised(host):
+    """(resource, UUID id, index id) of each device NVIDIA's device plugin (mixed MIG strategy) advertises for
+    ``host``: one nvidia.com/mig-<profile> per GPU instance with one full-size compute instance (the plugin
+    advertises no other), one nvidia.com/gpu per GPU without MIG."""
     for gpu in host['gpus']:
         if gpu.get('mig_capable') and gpu['mig_mode']['current'] == 'enabled':
             for gi in gpu['gpu_instances']:
                 if [ci['profile'] for ci in gi['compute_instances']] == [gi['profile']]:
-                    name = resource_of_profile(gi['profile'])
-                    resources[name] = resources.get(name, 0) + 1
+                    ci = gi['compute_instances'][0]
+                    index = '%d:%d' % (gpu['index'], ci['mig_index']) if ci.get('mig_index') is not None else None
+                    yield resource_of_profile(gi['profile']), ci.get('uuid'), index
         else:
-            resources[WHOLE_GPU] = resources.get(WHOLE_GPU, 0) + 1
-    return resources
+            yield WHOLE_GPU, gpu['uuid'], str(gpu['index'])
+
+
+def expected_device_ids(host):
+    """The device ids NVIDIA's device plugin (no sharing) advertises for ``host``, per resource and
+    deviceIDStrategy: ``{resource: {'uuid': [sorted ids], 'index': [sorted ids]}}``; ``MIG-<uuid>`` and
+    ``<gpu index>:<mig device index>`` for a MIG device, ``GPU-<uuid>`` and ``<gpu index>`` for a whole GPU.
+    With time-slicing or MPS the plugin advertises each id once per replica (``<id>::<n>``;
+    _gpu_resources.strip_replica gives the id back), under the ``.shared`` name with ``renameByDefault``.
+    """
+    expected = {}
+    for resource, uuid, index in _advertised(host):
+        ids = expected.setdefault(resource, {'uuid': [], 'index': []})
+        if uuid:
+            ids['uuid'].append(uuid)
+        if index is not None:
+            ids['index'].append(index)
+    for ids in expected.values():
+        ids['uuid'].sort()
+        ids['index'].sort()
+    return expected
+
+
+def node_resources(host):
+    """``{resource: count}`` of the devices NVIDIA's device plugin (mixed MIG strategy) advertises for ``host``."""
+    counts = {}
+    for resource, dummy, dummy_index in _advertised(host):
+        counts[resource] = counts.get(resource, 0) + 1
+    return counts
+
+
+def allocatable_gpu_device_ids(socket_path=DEFAULT_SOCKET, timeout=5.0):
+    """``{GPU resource: sorted device ids}`` the kubelet's ``GetAllocatableResources`` lists (every id the device
+    plugins advertise now, replicas included); resources that are no GPU's left out. Raises PodResourcesUnavailable."""
+    return dict((resource, sorted(ids)) for resource, ids in allocatable_devices(socket_path, timeout).items()
+                if is_gpu_resource(resource))

@@ -31,6 +31,14 @@ options:
       - Empty, or a file that does not exist, means no declared layout.
     type: path
     default: ''
+  kubelet_allocatable:
+    description:
+      - Also read the kubelet's C(GetAllocatableResources) over O(pod_resources_socket): the device ids the device
+        plugins advertise now (RV(ansible_facts.nvidia_mig.kubelet_allocatable)), to compare as sets with
+        RV(gpufleet.mig.nvidia_mig_layout#module:expected_device_ids) after a change. Costs nothing unless set.
+      - Fails when the kubelet cannot answer it (no socket, Kubernetes before 1.23, ...), and with O(pod_resources=off).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -52,6 +60,10 @@ EXAMPLES = r'''
 - name: Read only the A100-80GB GPUs
   gpufleet.mig.nvidia_mig_facts:
     gpus: ["0x20B210DE"]
+
+- name: After a change, compare the device ids the kubelet lists with those the layout module expects
+  gpufleet.mig.nvidia_mig_facts:
+    kubelet_allocatable: true
 
 - name: Show what still fits on GPU 0
   ansible.builtin.debug:
@@ -86,6 +98,15 @@ ansible_facts:
         layout:
           description: The name of the declared layout of O(layout_file), or null.
           type: str
+        kubelet_allocatable:
+          description:
+            - The device ids the kubelet lists per GPU resource (C(nvidia.com/gpu), C(nvidia.com/mig-<profile>), either
+              also C(.shared)), sorted; a shared device once per replica (C(<id>::<n>)). Resources that are no GPU's
+              are left out.
+          returned: when O(kubelet_allocatable=true)
+          type: dict
+          sample:
+            nvidia.com/mig-1g.10gb: ["0:0", "0:1", "0:2"]
         gpus:
           description: One entry per selected GPU, in index order.
           type: list
@@ -118,6 +139,12 @@ ansible_facts:
             memory_total_mib:
               description: Total framebuffer memory in MiB.
               type: int
+            minor_number:
+              description:
+                - The GPU's device minor number (C(/dev/nvidia<minor>)), which need not equal its index; NVIDIA's DRA
+                  driver names its devices after it (C(gpu-<minor>), C(gpu-<minor>-mig-...)). Null where NVML cannot
+                  tell.
+              type: int
             mig_capable:
               description: Whether the GPU supports MIG.
               type: bool
@@ -147,6 +174,13 @@ ansible_facts:
             profiles_note:
               description: Why the profiles and figures are missing.
               type: str
+              returned: when MIG is disabled on a MIG-capable GPU
+            placements_without_mig:
+              description:
+                - What NVML tells of the profiles while MIG is off, its possible placements by profile id (C(profile_id),
+                  C(placements) each with C(start) and C(size) in memory slices); they give the GPU's memory slices.
+              type: list
+              elements: dict
               returned: when MIG is disabled on a MIG-capable GPU
             profiles:
               description:
@@ -197,12 +231,16 @@ ansible_facts:
               description: The largest profile that still fits, or null.
               type: str
             stranded_slices:
-              description: Free memory slices that no still-placeable profile can use.
+              description:
+                - Free memory slices that no still-placeable profile can use as the instances are placed, but that the
+                  best rearrangement of the same instances would make usable. V(0) after 7x1g on an A100 (every compute
+                  slice is taken) and on every layout of the default catalog.
               type: int
             fragmentation:
               description:
-                - V(1 - largest_placeable_slices / free_slices); V(0.0) when nothing is free or all free memory fits one
-                  instance, V(1.0) when slices are free but nothing fits.
+                - V(1 - largest_placeable_slices / largest placeable slices after the best rearrangement of the same
+                  instances); V(0.0) when the placement already fits the largest profile any arrangement could (a full
+                  GPU included), V(0.5) when a repack would fit an instance twice as big.
               type: float
             skip_reason:
               description: Why figures are missing, for GPUs that are not MIG-capable.
@@ -226,6 +264,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import BootApplyError, load_layout
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import in_layout_by_uuid
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import PodResourcesUnavailable, allocatable_gpu_device_ids
 
 
 def gpu_facts(gpu, held=None):
@@ -264,9 +303,22 @@ def declared_state(module, host, pod_devices):
     return request.name, in_layout_by_uuid(host, request)
 
 
+def read_allocatable(module):
+    """{GPU resource: sorted device ids} from the kubelet's GetAllocatableResources."""
+    if module.params['pod_resources'] == 'off':
+        module.fail_json(msg='kubelet_allocatable asks the kubelet, which pod_resources=off never does: set pod_resources '
+                             'to auto or required')
+    try:
+        return allocatable_gpu_device_ids(module.params['pod_resources_socket'])
+    except PodResourcesUnavailable as exc:
+        module.fail_json(msg='kubelet_allocatable: the device ids the kubelet advertises cannot be read: %s' % exc)
+
+
 def main_body(module):
-    pod_devices, pod_status = read_pod_resources(module)
     with nvml_session(module, exclusive=False) as backend:
+        # Under the host lock: what pods hold and what the GPUs hold are read as one snapshot.
+        pod_devices, pod_status = read_pod_resources(module)
+        allocatable = read_allocatable(module) if module.params['kubelet_allocatable'] else None
         host = backend.read_host()
     layout, in_layout = declared_state(module, host, pod_devices)
     # Without pod-resources, the pods of running processes are still known from their cgroups.
@@ -280,11 +332,14 @@ def main_body(module):
         'layout': layout,
         'gpus': [dict(gpu_facts(gpu, held.get(gpu['uuid'], {})), in_layout=in_layout.get(gpu['uuid'])) for gpu, dummy in selected],
     }
+    if allocatable is not None:
+        facts['kubelet_allocatable'] = allocatable
     module.exit_json(changed=False, ansible_facts={'nvidia_mig': facts})
 
 
 def main():
-    argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']), layout_file=dict(type='path', default=''))
+    argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']), layout_file=dict(type='path', default=''),
+                         kubelet_allocatable=dict(type='bool', default=False))
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)

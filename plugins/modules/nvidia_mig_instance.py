@@ -213,8 +213,9 @@ def plan_selected(host, params, check_mode, held=None):
 def main_body(module):
     results = []
     all_actions = []
-    pod_devices, pod_status = read_pod_resources(module)
     with nvml_session(module) as backend:
+        # Under the host lock, as the GPUs are read: one snapshot of what pods and GPUs hold.
+        pod_devices, pod_status = read_pod_resources(module)
         host = backend.read_host()
         plans, skipped = plan_selected(host, module.params, module.check_mode, host_allocations(host, pod_devices))
         for gpu, plan in plans:

@@ -15,13 +15,15 @@ description:
   - Takes a MIG layout in NVIDIA mig-parted's v1 format (the C(mig-configs) mapping, at least the layout named by
     O(name)), matches its entries to the GPUs of the host as mig-parted does, and plans the MIG mode and the
     instances of every GPU with the collection's placement planner. Everything is decided before the first change;
-    busy instances (running processes, or allocated to a pod) are never destroyed.
+    busy instances (running processes, or allocated to a pod) are never destroyed. A GPU whose MIG is still off is
+    checked too, as far as NVML tells with MIG off (RV(gpus[].checked_with)): a profile it cannot offer fails before
+    any GPU of the host changes.
   - Unless O(apply=false) or check mode, applies the plan (mode, a reset of an idle GPU when allowed, instances)
     and verifies the result by reading the GPUs again.
   - NVML describes a GPU's profiles only while MIG is enabled. A GPU whose MIG is still off is planned in two steps
     (RV(gpus[].deferred)), its instances once the mode step has enabled MIG.
-  - Keeps what the boot-time re-apply needs on the host, each file written only when its content differs. That is the
-    declared layout, the collection's host code (taken from this module's own payload), the C(gpufleet-mig-apply)
+  - Keeps what the boot-time re-apply needs on the host, each file written only when its content differs, and only once
+    the host holds the layout (see O(apply)). That is the declared layout, the collection's host code (taken from this module's own payload), the C(gpufleet-mig-apply)
     command, the systemd boot unit, and optionally the metrics textfile with its refresh timer.
   - Stops the host's GPU clients (systemd services such as DCGM) while the GPUs change, and starts them again.
   - Refuses to act when another owner of MIG (the C(nvidia-mig-manager) service) runs or is enabled.
@@ -37,14 +39,21 @@ options:
     required: true
   config:
     description:
-      - The C(mig-configs) mapping of a mig-parted v1 file (layout name to a list of entries with C(devices),
-        C(device-filter), C(mig-enabled) and C(mig-devices)), or just the layout named by O(name).
+      - A whole mig-parted v1 file (a mapping with C(version) and C(mig-configs)), or its C(mig-configs) mapping
+        (layout name to a list of entries with C(devices), C(device-filter), C(mig-enabled) and C(mig-devices)), or
+        just the layout named by O(name). A mapping with a C(mig-configs) key, or a string C(version), is read as a
+        whole file.
       - The layout named by O(name) is validated strictly; problems in other layouts are reported in
         RV(layout_problems).
     type: dict
     required: true
   apply:
-    description: V(false) decides and reports without changing any GPU (the files are still kept current).
+    description:
+      - V(false) decides and reports without changing any GPU. The host's files are then kept current only when the
+        host already holds the layout.
+      - The declared layout and the boot unit change only when the host holds the new layout, or when the apply
+        brought it there (a MIG mode pending a reboot included). After a refused or failed change, a reboot applies
+        the previous declared layout.
     type: bool
     default: true
   allow_reset:
@@ -136,10 +145,10 @@ seealso:
 '''
 
 EXAMPLES = r'''
-- name: Decide only - does this host differ from the nighttime layout?
+- name: Decide only - does this host differ from the nighttime layout of a whole mig-parted file?
   gpufleet.mig.nvidia_mig_layout:
     name: nighttime
-    config: "{{ lookup('ansible.builtin.file', 'catalog.yml') | from_yaml | json_query('\"mig-configs\"') }}"
+    config: "{{ lookup('ansible.builtin.file', 'catalog.yml') | from_yaml }}"
     apply: false
   register: decision
 
@@ -223,6 +232,13 @@ gpus:
     note:
       description: Why the instances are not planned yet, or null.
       type: str
+    checked_with:
+      description:
+        - While MIG is off (RV(gpus[].deferred)), what the entry was checked against before any GPU of the host changed,
+          in words. The profiles of a GPU of the same model with MIG enabled, else a forecast from the possible
+          placements NVML answers with MIG off (the memory slices) and NVIDIA's profile naming rule, else nothing.
+          Null when the instances are planned already.
+      type: str
     before:
       description: GPU instances before, sorted by placement.
       type: list
@@ -243,8 +259,16 @@ gpus:
       elements: dict
     pods_to_evict:
       description:
-        - This GPU's part of RV(pods_to_evict) (pods on the instances the plan destroys, or on the whole GPU when its
-          MIG mode changes). Only with O(evict) can it be non-empty.
+        - This GPU's part of RV(pods_to_evict) (pods on the instances the plan destroys, on the whole GPU when its
+          MIG mode changes, or in RV(gpus[].index_id_pods)). Only with O(evict) can it be non-empty.
+      type: list
+      elements: str
+    index_id_pods:
+      description:
+        - Pods that hold one of this GPU's MIG devices by index id (C(<gpu>:<mig device>), the device plugin's
+          C(deviceIDStrategy=index)) while the plan changes the GPU's MIG devices. An index id is a position in the
+          GPU's list of MIG devices, which any created or destroyed instance may shift, so these pods go whichever
+          instance they hold; without O(evict) the change is refused while they hold it.
       type: list
       elements: str
     free_space_after:
@@ -282,10 +306,18 @@ clients_stopped:
 pods_to_evict:
   description:
     - Pods (C(namespace/name), or C(uid:<pod uid>) when only their cgroup names them) whose instances the plan
-      destroys, or that hold a whole GPU whose MIG mode changes. Only with O(evict) can it be non-empty.
+      destroys, that hold a whole GPU whose MIG mode changes, or that hold a MIG device by index id on a GPU whose MIG
+      devices change (RV(gpus[].index_id_pods)); RV(eviction_reasons) says which. Only with O(evict) can it be
+      non-empty.
   returned: always
   type: list
   elements: str
+eviction_reasons:
+  description:
+    - Why each pod of RV(pods_to_evict) must go, by pod (on an instance the plan destroys, on a whole GPU whose MIG
+      mode changes, or holding an index id on a GPU whose MIG devices change).
+  returned: always
+  type: dict
 pod_resources:
   description:
     - C(read) (whether the kubelet's pod-resources API answered), C(reason) when it did not, C(allocations) (every
@@ -298,6 +330,26 @@ resources:
       example C(nvidia.com/mig-3g.40gb) 4. The role waits for the node's allocatable to match it.
   returned: always
   type: dict
+expected_device_ids:
+  description:
+    - The device ids NVIDIA's device plugin should advertise once it has enumerated the GPUs as they end (after the
+      change, or as they are), by resource and by the plugin's C(deviceIDStrategy), to compare as sets with what the
+      kubelet's C(GetAllocatableResources) lists (P(gpufleet.mig.nvidia_mig_facts#module) with C(kubelet_allocatable))
+      before the node is declared ready.
+    - C(uuid) holds C(MIG-<uuid>) per MIG device and C(GPU-<uuid>) per GPU without MIG, C(index) holds
+      C(<gpu index>:<mig device index>) and C(<gpu index>). Only GPU instances with one full-size compute instance
+      are advertised (as C(nvidia.com/mig-<profile>)); GPUs without MIG are C(nvidia.com/gpu).
+    - With time-slicing or MPS the plugin advertises each id once per replica, as C(<id>::<n>), and under the
+      C(.shared) name with C(renameByDefault).
+  returned: always
+  type: dict
+  sample:
+    nvidia.com/mig-3g.40gb:
+      uuid: [MIG-1d2e3f4a-0b1d-5e7f-9a3c-4f8a6c2e5b6c, MIG-9e8d7c6b-5a4f-5e3d-8c2b-1a0f9e8d7c6b]
+      index: ["0:0", "0:1"]
+    nvidia.com/gpu:
+      uuid: [GPU-0a1b2c3d-4e5f-5a6b-9c8d-7e6f5a4b3c2d]
+      index: ["1"]
 '''
 
 import contextlib
@@ -308,8 +360,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils import _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import metrics_content, record_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import node_resources
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, layout_problems, validate_configs
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import expected_device_ids, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -388,16 +440,23 @@ class Systemd(object):
                 raise SystemctlError('%sstarting the stopped GPU clients again failed: %s' % (first, '; '.join(failures)))
 
 
+def configs_of(config):
+    """The validated layouts of the config option: a whole mig-parted file or its mig-configs mapping."""
+    if 'mig-configs' in config or isinstance(config.get('version'), str):
+        return validate_document(config)
+    return validate_configs(config)
+
+
 def paths_of(params):
     return _host_files.HostPaths(params['config_dir'], params['lib_dir'], params['bin_dir'], params['systemd_dir'],
                                  params['metrics_dir'], params['python'] or sys.executable, params['boot_environment'],
                                  params['pod_resources_socket'] if params['pod_resources'] != 'off' else None)
 
 
-def keep_files(module, systemd, paths, request, decision):
+def keep_files(module, systemd, paths, request):
     """Write the boot-time files that differ; enable the units (a changed unit reloads systemd first)."""
     params = module.params
-    files = _host_files.boot_files(paths, request, decision, params['boot_persistence'], metrics_timer=bool(paths.metrics_dir))
+    files = _host_files.boot_files(paths, request, params['boot_persistence'], metrics_timer=bool(paths.metrics_dir))
     changed = _host_files.sync(files, module.check_mode)
     units = []
     if params['boot_persistence']:
@@ -452,15 +511,14 @@ def main_body(module):
     params = module.params
     if params['evict'] and params['apply']:
         module.fail_json(msg='evict decides the pods to evict and never applies: set apply=false with it')
-    configs = validate_configs(params['config'])
+    configs = configs_of(params['config'])
     entries = check_layout(configs, params['name'])
     problems = layout_problems(configs, skip=params['name'])
     paths = paths_of(params)
     systemd = Systemd(module, params['systemd'])
 
-    pod_devices, pod_status = read_pod_resources(module)
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            pod_devices=pod_devices, evictable=params['evict'])
+                            evictable=params['evict'])
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
@@ -476,6 +534,10 @@ def main_body(module):
             clients.extend(stopped)
 
     with nvml_session(module, exclusive=not module.check_mode) as backend:
+        # Under the host lock, as the GPUs are read: what pods hold and what the GPUs hold are one snapshot that no
+        # other run of the collection changes before the plan is applied.
+        pod_devices, pod_status = read_pod_resources(module)
+        request.pod_devices = pod_devices or []
         host = backend.read_host()
         # Without pod-resources, the pods of running processes are still known from their cgroups.
         request.pid_pods = unread_pid_pods(host, pod_devices)
@@ -488,9 +550,15 @@ def main_body(module):
             raise
         if done:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
-        files = keep_files(module, systemd, paths, request, before)
-        refresh_metrics(module, host, paths, request)
+        # The declared layout (and the boot unit that names it) becomes this one only once the host
+        # holds it or the apply brought it there (a mode pending a reboot included): after a decision
+        # alone, or a refused change, a reboot still applies the previous one.
+        files = []
+        if params['apply'] or before.in_layout:
+            files = keep_files(module, systemd, paths, request)
+            refresh_metrics(module, host, paths, request)
     resources = node_resources(host)
+    expected_ids = expected_device_ids(host)
     final = after or before
     for gpu in before.unmatched:
         module.warn('GPU %s (%s) is left as it is: %s' % (gpu['index'], gpu.get('name'), gpu['reason']))
@@ -507,9 +575,11 @@ def main_body(module):
         files=files,
         clients_stopped=clients,
         pods_to_evict=before.pods_to_evict(),
+        eviction_reasons=before.eviction_reasons(),
         pod_resources=dict(pod_status, allocations=pod_devices or [],
                            pods=sorted(set('%s/%s' % (d['namespace'], d['pod']) for d in pod_devices or []))),
         resources=resources,
+        expected_device_ids=expected_ids,
     )
     if module._diff:
         output['diff'] = diff_of(before, after)

@@ -153,8 +153,9 @@ def pods_holding(held):
 def main_body(module):
     wanted_enabled = module.params['state'] == 'enabled'
     allow_reset = module.params['allow_reset'] if module.params['reset'] is None else module.params['reset'] == 'if_idle'
-    pod_devices, pod_status = read_pod_resources(module)
     with nvml_session(module) as backend:
+        # Under the host lock, as the GPUs are read: one snapshot of what pods and GPUs hold.
+        pod_devices, pod_status = read_pod_resources(module)
         host = backend.read_host()
         held = host_allocations(host, pod_devices)
         skipped = []

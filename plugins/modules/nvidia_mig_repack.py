@@ -30,11 +30,14 @@ options:
     default: [all]
   fragmentation_above:
     description:
-      - Repack a GPU whose fragmentation (C(1 - largest placeable slices / free slices)) is above this.
+      - Repack a GPU whose fragmentation (C(1 - largest placeable slices / largest placeable slices after the best
+        rearrangement of the same instances)) is above this.
     type: float
     default: 0.0
   stranded_above:
-    description: Repack a GPU with more stranded memory slices than this.
+    description:
+      - Repack a GPU with more stranded memory slices than this (free slices unusable as placed that the best
+        rearrangement of the same instances would make usable).
     type: int
     default: 0
 attributes:
@@ -165,10 +168,11 @@ def main_body(module):
     params = module.params
     if params['fragmentation_above'] < 0 or params['stranded_above'] < 0:
         module.fail_json(msg='fragmentation_above and stranded_above must be 0 or more')
-    pod_devices, dummy = read_pod_resources(module)
     results = []
     done = []
     with nvml_session(module, exclusive=not module.check_mode) as backend:
+        # Under the host lock, as the GPUs are read: one snapshot of what pods and GPUs hold.
+        pod_devices, dummy = read_pod_resources(module)
         host = backend.read_host()
         held = host_allocations(host, pod_devices)
         planned = []

@@ -36,7 +36,10 @@ LAYOUT = {'daytime': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1
 def run_module_keeping_its_payload(tmp_path):
     """One decision run (apply=false) of the module on localhost; returns (its result, the payload file)."""
     state = tmp_path / 'gpus.json'
-    state.write_text(json.dumps({'driver_version': '580.95.05', 'gpus': [{'model': 'A100-SXM4-80GB'}]}))
+    # Already in the layout: a decision declares the layout (and installs the boot code) only then.
+    small = [{'profile': '1g.10gb', 'start': start, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for start in range(7)]
+    state.write_text(json.dumps({'driver_version': '580.95.05', 'gpus': [
+        {'model': 'A100-SXM4-80GB', 'mig': {'current': 'enabled', 'pending': 'enabled'}, 'gpu_instances': small}]}))
     host = tmp_path / 'host'
     remote_tmp = tmp_path / 'remote-tmp'
     args = {
@@ -70,8 +73,8 @@ def payload_files(path):
 
 def test_payload_carries_the_boot_code_and_no_simulator(tmp_path):
     result, host, payload = run_module_keeping_its_payload(tmp_path)
-    # It ran on the simulated GPU: MIG is still off, so the daytime instances are planned after the mode step.
-    assert (result['layout'], result['in_layout'], result['actions']) == ('daytime', False, []), result
+    # It ran on the simulated GPU, which holds the daytime layout already.
+    assert (result['layout'], result['in_layout'], result['actions']) == ('daytime', True, []), result
     assert result['gpus'][0]['name'] == 'NVIDIA A100-SXM4-80GB'
 
     files = payload_files(payload)

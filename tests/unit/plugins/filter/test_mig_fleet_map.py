@@ -32,7 +32,11 @@ from ansible_collections.gpufleet.mig.tests.unit.plugins.filter.fleet_samples im
     simulated_gpu,
 )
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
-from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.oracle import all_placements, with_instances
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.oracle import (
+    all_placements,
+    free_space_figures,
+    with_instances,
+)
 
 VOID = frozenset(('meta', 'link', 'br', 'img', 'input', 'hr', 'wbr', 'source', 'col', 'area', 'base', 'embed', 'track'))
 MODELS = ['A100-SXM4-40GB', 'A100-SXM4-80GB', 'A30', 'H100-SXM5-80GB', 'H200', 'B200']
@@ -205,6 +209,9 @@ def test_gpu_figures_and_layout_badges():
     a100 = gpu_article(document, 'gpu-a100-01', 0)
     assert a100.attrs['data-in-layout'] == 'true' and a100.attrs['data-free-slices'] == '2'
     assert a100.attrs['data-stranded-slices'] == '1' and a100.attrs['data-fragmentation'] == '0.5'
+    daytime = gpu_article(document, 'gpu-a100-01', 1)   # 7x1g: slice 7 is free, but every compute slice is taken
+    assert daytime.attrs['data-stranded-slices'] == '0' and daytime.attrs['data-fragmentation'] == '0.0'
+    assert [b.attrs['data-state'] for b in blocks_of(daytime)][-1] == 'unusable'
     h100 = gpu_article(document, 'gpu-h100-01', 0)
     assert h100.attrs['data-in-layout'] == 'false' and 'out-of-layout' in h100.classes()
     assert 'out of layout' in h100.text() and h100.attrs['data-largest-placeable'] == '1g.20gb'
@@ -267,7 +274,8 @@ def test_fleet_totals():
         'stranded_slices': sum(g['stranded_slices'] for g in enabled),
         'in_layout': 4, 'out_of_layout': 2, 'layout_unknown': 3,
     }
-    assert totals_of(document)['stranded_slices'] == 3
+    # slice 7 beside 3g+1g+1g on gpu-a100-01 GPU 0 and beside 1g at 6, 4, 5 on the H200; not beside 7x1g (GPU 1)
+    assert totals_of(document)['stranded_slices'] == 2
     rows = dict((row.attrs['data-layout'], row.attrs) for row in document.find_all('tr', data_layout=True))
     assert sorted(rows) == ['', 'daytime', 'nighttime']
     assert (rows['daytime']['data-hosts'], rows['daytime']['data-gpus'], rows['daytime']['data-in-layout'],
@@ -298,8 +306,8 @@ def test_largest_placeable_counts_per_model():
 # ---- slice states against the geometry -----------------------------------------------
 
 
-def independent_stranded(gpu, placed):
-    """Stranded slices with plain sets: free slices that no single valid extra instance could cover."""
+def independent_unusable(gpu, placed):
+    """Free slices that no single valid extra instance could cover, with plain sets."""
     profiles = dict((p['name'], p) for p in gpu['profiles'])
     total = max(p['start'] + p['size'] for prof in gpu['profiles'] for p in prof['placements'])
     used = set()
@@ -317,6 +325,11 @@ def independent_stranded(gpu, placed):
             if not cover & used:
                 usable |= cover
     return sorted(set(range(total)) - used - usable)
+
+
+def independent_stranded(gpu, placed):
+    """The stranded slices slice_states marks: the lowest unusable ones, as many as a rearrangement gives back."""
+    return independent_unusable(gpu, placed)[:free_space_figures(gpu, placed)['stranded_slices']]
 
 
 def layouts_of(model, sample, seed):
@@ -337,7 +350,9 @@ def test_slice_states_agree_with_analyze_and_an_independent_count(model):
         stranded = [index for index, state in enumerate(states) if state == 'stranded']
         assert len(stranded) == figures['stranded_slices'], layout
         assert stranded == independent_stranded(gpu, layout), layout
-        assert states.count('free') + len(stranded) == figures['free_slices']
+        unusable = [index for index, state in enumerate(states) if state == 'unusable']
+        assert sorted(stranded + unusable) == independent_unusable(gpu, layout), layout
+        assert states.count('free') + len(stranded) + len(unusable) == figures['free_slices']
         for position, (name, start) in enumerate(layout):
             size = catalog.get(name).memory_slices
             assert states[start:start + size] == [position] * size
@@ -362,6 +377,8 @@ def test_the_map_marks_the_stranded_slices_of_placed_instances(model):
         assert marked == independent_stranded(model_gpu(model), list(layout))
         assert article.attrs['data-largest-placeable'] == (gpu['largest_placeable'] or '')
         assert float(article.attrs['data-fragmentation']) == gpu['fragmentation']
+        unusable = [int(b.attrs['data-start']) for b in blocks_of(article) if b.attrs['data-state'] == 'unusable']
+        assert sorted(marked + unusable) == independent_unusable(model_gpu(model), list(layout))
         saw_stranded = saw_stranded or bool(marked)
     if model != 'A30':   # 1g fits every A30 slice up to its max count: nothing is ever stranded there
         assert saw_stranded

@@ -99,3 +99,69 @@ def with_instances(gpu, instances):
                                            'processes': processes}]})
     result['gpu_instances'] = gis
     return result
+
+
+def free_space_figures(gpu, placed):
+    """Stranded slices and fragmentation of ``placed`` [(profile, start)] with plain sets, none of _mig_geometry.
+
+    An extra instance is possible when ``placed`` plus it is a valid placement set; the unusable slices
+    are the free slices no possible extra covers. Every valid placement set with the same profile counts
+    is a rearrangement: stranded = unusable now - fewest unusable of any rearrangement, fragmentation =
+    1 - largest possible extra now / largest possible extra of any rearrangement (0.0 when that is 0).
+    """
+    profiles = profiles_by_name(gpu)
+    total = max(p['start'] + p['size'] for prof in gpu['profiles'] for p in prof['placements'])
+
+    def state(chosen):
+        key = (gpu['name'], tuple(sorted(chosen)))
+        if key not in _STATES:
+            _STATES[key] = measure(chosen)
+        return _STATES[key]
+
+    def measure(chosen):
+        used = set()
+        for name, start in chosen:
+            used |= slices_of(profiles[name], start)
+        usable = set()
+        largest = 0
+        for name, profile in profiles.items():
+            for placement in profile['placements']:
+                extra = (name, placement['start'])
+                if _valid_set(profiles, list(chosen) + [extra]):
+                    usable |= slices_of(profile, placement['start'])
+                    largest = max(largest, profile['memory_slices'])
+        return len(set(range(total)) - used - usable), largest
+
+    unusable, largest = state(placed)
+    wanted = counts_of(placed)
+    rearranged = [state(other) for other in _placement_sets(gpu) if counts_of(other) == wanted]
+    fewest_unusable = min(u for u, dummy in rearranged)
+    best_largest = max(l for dummy, l in rearranged)
+    return {'unusable_slices': unusable, 'stranded_slices': unusable - fewest_unusable,
+            'repacked_largest_placeable_slices': best_largest, 'largest_placeable_slices': largest,
+            'fragmentation': round(1.0 - float(largest) / best_largest, 4) if best_largest else 0.0}
+
+
+def _valid_set(profiles, chosen):
+    used = set()
+    counts = {}
+    for name, start in chosen:
+        taken = slices_of(profiles[name], start)
+        if used & taken:
+            return False
+        used |= taken
+        counts[name] = counts.get(name, 0) + 1
+        if counts[name] > profiles[name]['max_count']:
+            return False
+    return _media_valid([name for name, dummy in chosen])
+
+
+_SETS = {}
+_STATES = {}
+
+
+def _placement_sets(gpu):
+    key = gpu['name']
+    if key not in _SETS:
+        _SETS[key] = sorted(all_placements(gpu))
+    return _SETS[key]

@@ -13,6 +13,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import
     is_shared_resource,
     profile_of_resource,
     resource_of_profile,
+    strip_replica,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import ProfileError
 
@@ -82,3 +83,11 @@ def test_resource_of_profile_takes_nvml_and_mig_parted_spellings(profile, resour
 def test_resource_of_profile_refuses_what_the_plugin_never_advertises(profile, message):
     with pytest.raises(ProfileError, match=message):
         resource_of_profile(profile)
+
+
+@pytest.mark.parametrize('device_id, bare', [
+    ('MIG-4f8a6c2e-0b1d-5e7f-9a3c-1d2e3f4a5b6c::3', 'MIG-4f8a6c2e-0b1d-5e7f-9a3c-1d2e3f4a5b6c'),
+    ('0:4::12', '0:4'), ('GPU-1::0', 'GPU-1'), ('1', '1'), ('0:4', '0:4'), ('x::y', 'x::y'), ('a::1::2', 'a::1'),
+])
+def test_strip_replica_gives_the_shared_device_back(device_id, bare):
+    assert strip_replica(device_id) == bare

@@ -197,9 +197,11 @@ def test_allocatable_response_round_trip_and_merge():
 class FakeKubelet(object):
     """A gRPC server speaking PodResourcesLister v1 on a unix socket, answering with the module's encoder."""
 
-    def __init__(self, directory, list_answer=b'', allocatable_answer=None, hold=False):
+    def __init__(self, directory, list_answer=b'', allocatable_answer=None, hold=False, on_call=None):
         self.path = os.path.join(directory, 'kubelet.sock')
         self.calls = []
+        # on_call(method name): run as each call arrives, e.g. to see what the client holds meanwhile.
+        self.on_call = on_call or (lambda method: None)
         self.list_answer = list_answer
         self.allocatable_answer = allocatable_answer
         # hold: List answers only once stop() releases it (a kubelet that hangs).
@@ -217,12 +219,14 @@ class FakeKubelet(object):
 
     def _list(self, request, context):
         self.calls.append(('List', request))
+        self.on_call('List')
         self.released.wait(60)
         self.answered = True
         return self.list_answer
 
     def _allocatable(self, request, context):
         self.calls.append(('GetAllocatableResources', request))
+        self.on_call('GetAllocatableResources')
         return self.allocatable_answer
 
     def stop(self):
@@ -459,16 +463,18 @@ def _allocation(resource, device_ids, pod='p'):
     return {'namespace': 'ns', 'pod': pod, 'container': 'c', 'resource': resource, 'device_ids': device_ids}
 
 
-@pytest.mark.parametrize('device_id', [MIG_A, '0:0', MIG_A + '::2', '0:0::1'])
-def test_allocations_of_a_mig_device_by_uuid_index_or_replica(device_id):
+@pytest.mark.parametrize('device_id, by_index', [(MIG_A, False), ('0:0', True), (MIG_A + '::2', False), ('0:0::1', True)])
+def test_allocations_of_a_mig_device_by_uuid_index_or_replica(device_id, by_index):
+    # A '<gpu>:<mig device>' id (with or without a replica) names a position that shifts: its pod is an index pod.
     assert pr.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb', [device_id])]) == {
-        'GPU-0': {'instances': {3: ['ns/p']}, 'gpu': []}}
+        'GPU-0': {'instances': {3: ['ns/p']}, 'gpu': [], 'index_pods': ['ns/p'] if by_index else []}}
 
 
 @pytest.mark.parametrize('device_id', ['GPU-1', '1', 'GPU-1::0'])
 def test_allocations_of_a_whole_gpu(device_id):
+    # A whole GPU's index does not move when MIG instances change: no index pod.
     assert pr.allocations_of(_host(), [_allocation('nvidia.com/gpu', [device_id])]) == {
-        'GPU-1': {'instances': {}, 'gpu': ['ns/p']}}
+        'GPU-1': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}
 
 
 def test_an_nvidia_device_id_that_matches_nothing_makes_the_allocations_unknown():
@@ -498,13 +504,134 @@ def test_gpu_allocations_keep_gpu_resources_only():
     assert pr.gpu_allocations(dropped[:1] + kept + dropped[1:]) == kept
 
 
-def test_node_resources_name_each_full_size_instance_by_its_profile():
+def _advertising_host():
+    """GPU 0 with MIG: a 1g.10gb+me and two 1g.10gb (full-size CIs; MIG devices 0, 1, 3), a 3g.40gb split into two
+    compute instances and an empty 2g.20gb (the plugin advertises neither); GPU 1 MIG-capable but off; GPU 2 no MIG."""
     def gi(profile, cis):
-        return {'profile': profile, 'compute_instances': [{'profile': ci} for ci in cis]}
-    host = {'gpus': [
-        {'mig_capable': True, 'mig_mode': {'current': 'enabled'}, 'gpu_instances': [
-            gi('1g.10gb+me', ['1g.10gb+me']), gi('1g.10gb', ['1g.10gb']), gi('1g.10gb', ['1g.10gb']),
-            gi('3g.40gb', ['1c.3g.40gb', '2c.3g.40gb']), gi('2g.20gb', [])]},
-        {'mig_capable': True, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []},
-        {'mig_capable': False, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []}]}
-    assert pr.node_resources(host) == {'nvidia.com/mig-1g.10gb.me': 1, 'nvidia.com/mig-1g.10gb': 2, 'nvidia.com/gpu': 2}
+        return {'profile': profile, 'compute_instances': [
+            {'profile': ci, 'uuid': 'MIG-%s' % mig_index, 'mig_index': mig_index} for ci, mig_index in cis]}
+    return {'gpus': [
+        {'index': 0, 'uuid': 'GPU-0', 'mig_capable': True, 'mig_mode': {'current': 'enabled'}, 'gpu_instances': [
+            gi('1g.10gb+me', [('1g.10gb+me', 3)]), gi('1g.10gb', [('1g.10gb', 1)]), gi('1g.10gb', [('1g.10gb', 0)]),
+            gi('3g.40gb', [('1c.3g.40gb', 4), ('2c.3g.40gb', 5)]), gi('2g.20gb', [])]},
+        {'index': 1, 'uuid': 'GPU-1', 'mig_capable': True, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []},
+        {'index': 2, 'uuid': 'GPU-2', 'mig_capable': False, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []}]}
+
+
+def test_node_resources_name_each_full_size_instance_by_its_profile():
+    assert pr.node_resources(_advertising_host()) == {'nvidia.com/mig-1g.10gb.me': 1, 'nvidia.com/mig-1g.10gb': 2, 'nvidia.com/gpu': 2}
+
+
+def test_expected_device_ids_per_id_strategy():
+    assert pr.expected_device_ids(_advertising_host()) == {
+        'nvidia.com/mig-1g.10gb.me': {'uuid': ['MIG-3'], 'index': ['0:3']},
+        'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-0', 'MIG-1'], 'index': ['0:0', '0:1']},
+        'nvidia.com/gpu': {'uuid': ['GPU-1', 'GPU-2'], 'index': ['1', '2']},
+    }
+    assert pr.expected_device_ids({'gpus': []}) == {}
+
+
+def test_allocatable_gpu_device_ids_from_a_real_grpc_server(kubelet):
+    server = kubelet(allocatable_answer=pr.encode_allocatable_response({
+        'nvidia.com/mig-1g.10gb': [MIG_B, MIG_A], 'nvidia.com/gpu.shared': ['GPU-1::1', 'GPU-1::0'],
+        'nvidia.com/hostdev': ['0000:3b:00.2']}))
+    assert pr.allocatable_gpu_device_ids(server.path, timeout=5) == {
+        'nvidia.com/mig-1g.10gb': sorted([MIG_A, MIG_B]), 'nvidia.com/gpu.shared': ['GPU-1::0', 'GPU-1::1']}
+    assert [call[0] for call in server.calls] == ['GetAllocatableResources']
+
+
+# ---- DRA: devices of ResourceClaims ---------------------------------------------------------------
+
+def _dra_host(minor0=4, minor1=0):
+    """GPU 0 (minor 4: minors need not follow NVML indices) with two 1g GPU instances (profile id 19, placements
+    0 and 1) and GPU 1 (minor 0) whole."""
+    return {'gpus': [
+        {'index': 0, 'uuid': 'GPU-0', 'minor_number': minor0, 'processes': [], 'gpu_instances': [
+            {'id': 9, 'profile_id': 19, 'placement': {'start': 0, 'size': 1},
+             'compute_instances': [{'uuid': MIG_A, 'mig_index': 0, 'processes': []}]},
+            {'id': 10, 'profile_id': 19, 'placement': {'start': 1, 'size': 1},
+             'compute_instances': [{'uuid': MIG_B, 'mig_index': 1, 'processes': []}]}]},
+        {'index': 1, 'uuid': 'GPU-1', 'minor_number': minor1, 'processes': [], 'gpu_instances': []}]}
+
+
+def _claim(device, driver='gpu.nvidia.com', cdi=None, pod='p'):
+    return {'namespace': 'ns', 'pod': pod, 'container': 'c', 'claim': 'ns/gpu-claim', 'driver': driver, 'pool': 'node-a',
+            'device': device, 'cdi_devices': cdi or []}
+
+
+@pytest.mark.parametrize('claimed, held', [
+    (_claim('gpu-4-mig-19-1-1'), {'GPU-0': {'instances': {10: ['ns/p']}, 'gpu': [], 'index_pods': []}}),
+    (_claim('gpu-4-mig-1g10gb-19-0'), {'GPU-0': {'instances': {9: ['ns/p']}, 'gpu': [], 'index_pods': []}}),
+    (_claim('gpu-4-mig-1g24gb-me-19-1'), {'GPU-0': {'instances': {10: ['ns/p']}, 'gpu': [], 'index_pods': []}}),
+    (_claim('gpu-0'), {'GPU-1': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}),
+    (_claim('gpu-4'), {'GPU-0': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}),
+    # No device name: the standard CDI device names it; a claim-specific one alone does not.
+    (_claim('', cdi=['k8s.gpu.nvidia.com/claim=uid-1-gpu-4-mig-19-0-1', 'k8s.gpu.nvidia.com/device=gpu-4-mig-19-0-1']),
+     {'GPU-0': {'instances': {9: ['ns/p']}, 'gpu': [], 'index_pods': []}}),
+])
+def test_a_dra_claimed_device_is_held_by_its_pod(claimed, held):
+    # The GPU's minor number, not its NVML index, names it: gpu-0 is GPU 1 here.
+    assert pr.allocations_of(_dra_host(), [claimed]) == held
+
+
+def test_dra_claims_of_other_drivers_are_none_of_ours():
+    others = [_claim('channel-0', driver='compute-domain.nvidia.com'), _claim('gpu-0', driver='gpu.example.com')]
+    assert pr.allocations_of(_dra_host(), others) == {}
+    assert pr.gpu_allocations(others) == []
+    mine = [_claim('gpu-4-mig-19-0-1'), _allocation('nvidia.com/mig-1g.10gb', [MIG_B])]
+    assert pr.gpu_allocations(others + mine) == mine
+
+
+@pytest.mark.parametrize('claimed, host, message', [
+    (_claim('gpu-4-mig-19-2-1'), _dra_host(), 'gpu-4-mig-19-2-1 (DRA claim ns/gpu-claim of pod ns/p, driver gpu.nvidia.com, pool node-a)'),
+    (_claim('gpu-4-mig-14-0-2'), _dra_host(), 'gpu-4-mig-14-0-2 (DRA claim'),
+    (_claim('gpu-1'), _dra_host(), 'gpu-1 (DRA claim'),
+    (_claim('gpu-vfio-0'), _dra_host(), 'gpu-vfio-0 (DRA claim'),
+    (_claim('', cdi=['k8s.gpu.nvidia.com/claim=uid-1-gpu-4']), _dra_host(), '(no device name) (DRA claim'),
+    (_claim('gpu-4-mig-19-0-1'), _dra_host(minor0=None), 'NVML reported no minor number for some GPUs'),
+])
+def test_a_dra_device_that_matches_nothing_makes_the_allocations_unknown(claimed, host, message):
+    with pytest.raises(pr.UnknownDeviceIds) as error:
+        pr.allocations_of(host, [claimed])
+    assert message in str(error.value) and 'nothing is planned' in str(error.value)
+
+
+def test_list_response_with_dynamic_resources_parses_both_kinds():
+    answer = pr.encode_list_response([{'namespace': 'ml', 'pod': 'p', 'containers': [
+        {'name': 'a', 'devices': {'nvidia.com/mig-1g.10gb': ['0:1']},
+         'claims': {'ml/big': [{'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-0-mig-1g10gb-19-2',
+                                'cdi_devices': ['k8s.gpu.nvidia.com/device=gpu-0-mig-1g10gb-19-2']},
+                               {'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-1'}]}},
+        {'name': 'b', 'claims': {'ml/channel': [{'driver': 'compute-domain.nvidia.com', 'pool': 'node-a', 'device': 'channel-0'}]}}]}])
+    assert pr.parse_list_response(answer) == [
+        {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'resource': 'nvidia.com/mig-1g.10gb', 'device_ids': ['0:1']},
+        {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'claim': 'ml/big', 'driver': 'gpu.nvidia.com', 'pool': 'node-a',
+         'device': 'gpu-0-mig-1g10gb-19-2', 'cdi_devices': ['k8s.gpu.nvidia.com/device=gpu-0-mig-1g10gb-19-2']},
+        {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'claim': 'ml/big', 'driver': 'gpu.nvidia.com', 'pool': 'node-a',
+         'device': 'gpu-1', 'cdi_devices': []},
+        {'namespace': 'ml', 'pod': 'p', 'container': 'b', 'claim': 'ml/channel', 'driver': 'compute-domain.nvidia.com',
+         'pool': 'node-a', 'device': 'channel-0', 'cdi_devices': []},
+    ]
+    assert [pr.is_claim(entry) for entry in pr.parse_list_response(answer)] == [False, True, True, True]
+
+
+def test_dynamic_resources_bytes_match_the_v1_field_numbers():
+    # ContainerResources.dynamic_resources = 5; DynamicResource claim_name = 2, claim_namespace = 3, claim_resources = 4;
+    # ClaimResource cdi_devices = 1, driver_name = 2, pool_name = 3, device_name = 4; CDIDevice name = 1.
+    cdi = b'\x0a\x03v/c'
+    resource = b'\x0a' + bytes([len(cdi)]) + cdi + b'\x12\x01d\x1a\x01p\x22\x01x'
+    claim = b'\x12\x01n\x1a\x02ns\x22' + bytes([len(resource)]) + resource
+    container = b'\x0a\x01c\x2a' + bytes([len(claim)]) + claim
+    pod = b'\x0a\x03pod\x12\x02ns\x1a' + bytes([len(container)]) + container
+    answer = b'\x0a' + bytes([len(pod)]) + pod
+    assert pr.parse_list_response(answer) == [{'namespace': 'ns', 'pod': 'pod', 'container': 'c', 'claim': 'ns/n',
+                                               'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]
+    assert pr.encode_list_response([{'namespace': 'ns', 'pod': 'pod', 'containers': [
+        {'name': 'c', 'claims': {'ns/n': [{'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]}}]}]) == answer
+
+
+def test_list_pod_devices_reads_dra_claims_from_a_real_grpc_server(kubelet):
+    server = kubelet(list_answer=pr.encode_list_response([{'namespace': 'ml', 'pod': 'trainer', 'containers': [
+        {'name': 'main', 'claims': {'ml/mig': [{'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-4-mig-19-1-1'}]}}]}]))
+    devices = pr.list_pod_devices(server.path, timeout=5)
+    assert pr.allocations_of(_dra_host(), devices) == {'GPU-0': {'instances': {10: ['ml/trainer']}, 'gpu': [], 'index_pods': []}}

@@ -56,7 +56,7 @@ def read(path):
         return handle.read()
 
 
-def test_decide_only_changes_no_gpu_and_keeps_the_files(simulated_host, run_module, host_paths):
+def test_decide_only_changes_no_gpu_and_declares_nothing_new(simulated_host, run_module, host_paths):
     host = simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'H100-SXM5-80GB'}])
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=False))
     assert not failed, result
@@ -66,6 +66,15 @@ def test_decide_only_changes_no_gpu_and_keeps_the_files(simulated_host, run_modu
     for gpu in result['gpus']:
         assert gpu['deferred'] and gpu['instances'] is None and 'after MIG is enabled' in gpu['note']
         assert gpu['actions'] == [{'action': 'set_mig_mode', 'mode': 'enabled'}]
+    # The host does not hold the layout yet: nothing is declared for the boot unit before the change.
+    assert not result['changed'] and result['files'] == [] and not os.path.exists(host_paths['config_dir'])
+
+
+def test_decide_only_keeps_the_files_of_a_host_in_the_layout(simulated_host, run_module, host_paths):
+    simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '3g.40gb', 'start': s, 'compute_instances': [{'profile': '3g.40gb', 'start': 0}]} for s in (0, 4)]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=False))
+    assert not failed and result['in_layout'], result
     declared = json.loads(read(os.path.join(host_paths['config_dir'], 'layout.json')))
     assert declared['name'] == 'nighttime' and declared['entries'][0]['mig-devices'] == {'3g.40gb': 2}
     assert result['changed'] and os.path.join(host_paths['config_dir'], 'layout.json') in result['files']
@@ -153,12 +162,11 @@ def test_bad_layout_is_refused_with_the_reason(simulated_host, run_module, host_
     enabled = simulated_host([{'model': 'A30', 'mig': dict(ENABLED)}])
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
     assert failed and '3g.40gb' in result['msg'] and '2g.12gb' in result['msg'] and mutating_calls(enabled) == []
-    # ... with MIG off, NVML names the profiles only after the mode step: MIG ends enabled, no instance made.
+    # ... and with MIG off too, though NVML names the profiles only after the mode step (test_mig_forecast).
     disabled = simulated_host([{'model': 'A30'}])
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
-    assert failed and '3g.40gb' in result['msg']
-    assert [c['call'] for c in mutating_calls(disabled)] == ['nvmlDeviceSetMigMode']
-    assert disabled.read()['gpus'][0]['mig']['current'] == 'enabled' and not disabled.read()['gpus'][0]['gpu_instances']
+    assert failed and '3g.40gb is not offered' in result['msg'] and 'before any change' in result['msg']
+    assert mutating_calls(disabled) == []
 
 
 # ---- systemd: units, GPU clients, other owners -------------------------------------------
@@ -480,9 +488,9 @@ def test_metrics_per_instance_with_their_pods_and_unmatched_gpus(simulated_host,
     assert re.search(r'(?m)^gpufleet_mig_gpu_unmatched\{gpu="1",model="NVIDIA H100 80GB HBM3",.*\} 1$', metrics)
     assert re.search(r'(?m)^gpufleet_mig_gpu_in_layout\{gpu="0",.*\} 1$', metrics)
     assert 'gpufleet_mig_gpu_in_layout{gpu="1"' not in metrics
-    # Seven 1g on an A100 strand one slice; the first refresh starts the count.
+    # Seven 1g on an A100 strand nothing (slice 7 is free, but every compute slice is taken); the first refresh starts the count.
     assert re.search(r'(?m)^gpufleet_mig_stranded_slice_seconds_total\{gpu="0",model="NVIDIA A100-SXM4-80GB",uuid="GPU-[^"]+"\} 0.0$', metrics)
-    assert re.search(r'(?m)^gpufleet_mig_stranded_slices\{gpu="0",.*\} 1$', metrics)
+    assert re.search(r'(?m)^gpufleet_mig_stranded_slices\{gpu="0",.*\} 0$', metrics)
 
 
 def test_stranded_slice_seconds_add_up_between_refreshes(tmp_path):
@@ -549,17 +557,17 @@ def test_facts_say_whether_each_gpu_holds_the_declared_layout(simulated_host, ru
     facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
     assert not failed and facts['ansible_facts']['nvidia_mig']['layout'] is None
     assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [None, None, None]
-    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, only_a100, apply=False))
-    assert not failed, result
-    facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
-    assert facts['ansible_facts']['nvidia_mig']['layout'] == 'nighttime'
-    assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [False, None, None]
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, only_a100))
     assert not failed, result
     facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
     assert not failed, facts
+    assert facts['ansible_facts']['nvidia_mig']['layout'] == 'nighttime'
     assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [True, None, None]
     assert mutating_calls(host)
+    # The instances are gone after a reboot (before the boot unit ran): the GPU no longer holds the layout.
+    simulator.simulate_reboot(host.path)
+    facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
+    assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [False, None, None]
 
 
 def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_processes(
@@ -674,3 +682,149 @@ def test_repack_moves_the_idle_instance_beside_a_busy_one(simulated_host, run_mo
     result, failed = run_module(nvidia_mig_repack.main, {'pod_resources': 'off'})
     assert not failed and not result['changed'] and result['gpus'][0]['status'] == 'no_idle_move'
     assert len(mutating_calls(host)) == calls
+
+
+# ---- index device ids (deviceIDStrategy index) ------------------------------------------------------
+
+KEEP_THREE_AND_3G = {'mixed': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 3, '3g.40gb': 1}}]}
+
+
+def index_ids(run_module, gpu=0):
+    """{GPU instance start: '<gpu>:<mig device index>'} as the device plugin (deviceIDStrategy index) names them."""
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
+    assert not failed, facts
+    return dict((gi['placement']['start'], '%d:%d' % (gpu, gi['compute_instances'][0]['mig_index']))
+                for gi in facts['ansible_facts']['nvidia_mig']['gpus'][gpu]['gpu_instances'])
+
+
+def test_index_ids_shift_when_an_instance_before_them_goes(simulated_host, run_module, host_paths, kubelet_with):
+    # Why index ids need a rule: the 1g at 4 is kept (a pod holds it by UUID), 3g.40gb at 0 replaces 0-3, and the
+    # kept instance moves in the GPU's list of MIG devices (the simulator lists them by placement).
+    seven_small(simulated_host)
+    before = index_ids(run_module)
+    assert before[4] == '0:4'
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [4]))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert not failed, result
+    after = index_ids(run_module)
+    assert sorted(after) == [0, 4, 5, 6] and after[4] != '0:4'
+
+
+def test_a_pod_holding_an_index_id_on_a_gpu_that_changes_is_evicted_never_remapped(simulated_host, run_module, host_paths, kubelet_with):
+    host = seven_small(simulated_host)
+    ids, uuids = index_ids(run_module), mig_uuids(run_module)
+    # p4 holds the kept instance at 4 by index id, p5 the kept one at 5 by UUID; 0-3 are idle.
+    socket = kubelet_with([
+        {'namespace': 'team', 'pod': 'p4', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [ids[4]]}}]},
+        {'namespace': 'team', 'pod': 'p5', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb.shared': [uuids[5] + '::1']}}]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed, result
+    gpu = result['gpus'][0]
+    # Only idle instances are destroyed, yet the index-id pod must go; the UUID one stays.
+    assert all(not d['allocated_to'] for d in gpu['destroyed_instances'])
+    assert result['pods_to_evict'] == ['team/p4'] and gpu['index_id_pods'] == ['team/p4']
+    assert 'by index id' in result['eviction_reasons']['team/p4'] and list(result['eviction_reasons']) == ['team/p4']
+    # The apply refuses while the pod still holds the index id: nothing changes.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert failed and 'team/p4 hold MIG devices by index id' in result['msg'] and 'Nothing was changed' in result['msg']
+    assert mutating_calls(host) == []
+    # Once it is gone (evicted), the change goes ahead and the UUID pod keeps its instance.
+    socket = kubelet_with([
+        {'namespace': 'team', 'pod': 'p5', 'containers': [{'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb.shared': [uuids[5] + '::1']}}]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, KEEP_THREE_AND_3G, pod_resources_socket=socket))
+    assert not failed and result['in_layout'], result
+    assert mig_uuids(run_module)[5] == uuids[5]
+
+
+def test_index_ids_on_a_gpu_that_does_not_change_stay(simulated_host, run_module, host_paths, kubelet_with):
+    seven_small(simulated_host)
+    ids = index_ids(run_module)
+    socket = kubelet_with([{'namespace': 'team', 'pod': 'p%d' % s, 'containers': [
+        {'name': 'c', 'devices': {'nvidia.com/mig-1g.10gb': [ids[s] + '::0']}}]} for s in (0, 3, 6)])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, pod_resources_socket=socket, apply=False, evict=True))
+    assert not failed and result['in_layout'] and result['pods_to_evict'] == [] and result['eviction_reasons'] == {}
+    assert result['gpus'][0]['index_id_pods'] == []
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, pod_resources_socket=socket))
+    assert not failed and not result['actions']
+
+
+# ---- the declared layout changes only with a change that succeeded ----------------------------------
+
+BALANCED = {'all-balanced': [
+    {'devices': 'all', 'gpufleet-memory-slices': [8], 'mig-enabled': True, 'mig-devices': {'1g': 2, '2g': 1, '3g': 1}},
+    {'devices': 'all', 'gpufleet-memory-slices': [4], 'mig-enabled': True, 'mig-devices': {'1g': 2, '2g': 1}}]}
+
+
+def test_the_run_after_the_one_that_enabled_mig_is_a_no_op(simulated_host, run_module, host_paths):
+    # The entry of each GPU depends on its memory slices, known only once the first run enabled MIG.
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'A30'}])
+    first, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, BALANCED))
+    assert not failed and first['changed'] and first['in_layout'], first
+    calls = len(mutating_calls(host))
+    second, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, BALANCED))
+    assert not failed and second['in_layout'], second
+    assert not second['changed'] and second['files'] == [] and second['actions'] == []
+    assert len(mutating_calls(host)) == calls
+
+
+def test_config_may_be_a_whole_mig_parted_file(simulated_host, run_module, host_paths):
+    host = simulated_host([{'model': 'H100-SXM5-80GB'}])
+    document = {'version': 'v1', 'mig-configs': dict(NIGHT, **DAY)}
+    result, failed = run_module(nvidia_mig_layout.main, dict(host_paths, name='nighttime', config=document))
+    assert not failed, result
+    assert profiles(host.read()) == [('3g.40gb', 0), ('3g.40gb', 4)]
+    result, failed = run_module(nvidia_mig_layout.main, dict(host_paths, name='nighttime', config={'version': 'v2', 'mig-configs': NIGHT}))
+    assert failed and "unsupported mig-parted config version 'v2'" in result['msg']
+
+
+def boot_state(host_paths):
+    """Every file the boot-time apply depends on, byte for byte."""
+    found = {}
+    for folder in (host_paths['config_dir'], host_paths['systemd_dir'], host_paths['bin_dir']):
+        for name in sorted(os.listdir(folder)):
+            if name in ('layout.json', 'gpufleet-mig-apply') or name.endswith(('.service', '.timer')):
+                with open(os.path.join(folder, name), 'rb') as handle:
+                    found[os.path.join(folder, name)] = handle.read()
+    return found
+
+
+def test_a_refused_change_keeps_the_declared_layout_and_the_boot_applies_it(simulated_host, run_module, host_paths):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED)}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
+    assert not failed, result
+    declared = boot_state(host_paths)
+    assert os.path.join(host_paths['config_dir'], 'layout.json') in declared
+    assert os.path.join(host_paths['systemd_dir'], 'gpufleet-mig-layout.service') in declared
+    first = host.read()['gpus'][0]['gpu_instances'][0]
+    simulator.set_pids(host.path, 0, first['id'], first['compute_instances'][0]['id'], [77])
+    # The decision for another layout (the role's first call), then the refused apply: nothing declared.
+    decision, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, apply=False))
+    assert failed and '[77]' in decision['msg']
+    refused, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY))
+    assert failed and '[77]' in refused['msg']
+    assert boot_state(host_paths) == declared
+    # After a reboot the boot unit brings back the layout the host held, not the refused one.
+    simulator.simulate_reboot(host.path)
+    assert _boot_apply.main(['apply', '--layout', os.path.join(host_paths['config_dir'], 'layout.json')]) == 0
+    assert profiles(host.read()) == [('3g.40gb', 0), ('3g.40gb', 4)]
+    # A change that succeeds declares the new layout.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY))
+    assert not failed, result
+    assert json.loads(read(os.path.join(host_paths['config_dir'], 'layout.json')))['name'] == 'daytime'
+    assert 'layout (daytime)' in read(os.path.join(host_paths['systemd_dir'], 'gpufleet-mig-layout.service'))
+
+
+def test_a_decision_that_passes_then_a_failed_apply_keeps_the_declared_layout(simulated_host, run_module, host_paths):
+    fault = {'call': 'nvmlDeviceCreateGpuInstanceWithPlacement', 'gpu': 0, 'nth': 1, 'error': 'NVML_ERROR_UNKNOWN'}
+    simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}], faults=[fault])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, {'all-enabled': [
+        {'devices': 'all', 'mig-enabled': True, 'mig-devices': {}}]}))
+    assert not failed, result
+    declared = boot_state(host_paths)
+    decision, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=False))
+    assert not failed and not decision['in_layout'] and decision['files'] == []
+    applied, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
+    assert failed and 'NVML_ERROR_UNKNOWN' in applied['msg']
+    assert boot_state(host_paths) == declared

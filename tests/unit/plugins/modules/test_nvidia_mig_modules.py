@@ -73,16 +73,26 @@ def test_facts_busy_detection_and_fragmentation(simulated_host, run_module):
     assert gpu['free_slices'] == 6
     assert gpu['placeable']['7g.80gb'] == 0 and gpu['placeable']['3g.40gb'] == 0
     assert gpu['largest_placeable'] == '2g.20gb'
-    assert gpu['fragmentation'] == round(1 - 2 / 6.0, 4)
+    # 1g at 0 and 1 would leave a 3g.40gb at 4: half of it is lost to the placement; no slice is wasted
+    assert gpu['fragmentation'] == 0.5
     assert gpu['stranded_slices'] == 0
 
 
-def test_facts_stranded_slice_after_seven_small_instances(simulated_host, run_module):
+def test_facts_seven_small_instances_strand_nothing(simulated_host, run_module):
+    """Slice 7 after 7x1g is free, but every compute slice is taken: no arrangement could use it."""
     simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
         {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in range(7)]}])
     gpu = facts_of(run_module)['gpus'][0]
-    assert gpu['free_slices'] == 1 and gpu['stranded_slices'] == 1
-    assert gpu['largest_placeable'] is None and gpu['fragmentation'] == 1.0
+    assert gpu['free_slices'] == 1 and gpu['stranded_slices'] == 0
+    assert gpu['largest_placeable'] is None and gpu['fragmentation'] == 0.0
+
+
+def test_facts_churned_gpu_strands_a_slice(simulated_host, run_module):
+    """1g at 0, 3, 6: slice 7 is wasted and a 2g is the largest fit, where 1g at 0, 1, 2 would leave a 4g."""
+    simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in (0, 3, 6)]}])
+    gpu = facts_of(run_module)['gpus'][0]
+    assert gpu['stranded_slices'] == 1 and gpu['fragmentation'] == 0.5 and gpu['largest_placeable'] == '2g.20gb'
 
 
 def test_facts_selectors_and_non_capable_gpu(simulated_host, run_module):

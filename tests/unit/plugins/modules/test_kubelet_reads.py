@@ -1,0 +1,138 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the modules read from the kubelet, through a real gRPC pod-resources server: under the host lock, the
+advertised device ids (GetAllocatableResources) on request, and the ids the device plugin should advertise."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import fcntl
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import encode_allocatable_response, encode_list_response
+from ansible_collections.gpufleet.mig.plugins.modules import (
+    nvidia_mig_facts,
+    nvidia_mig_instance,
+    nvidia_mig_layout,
+    nvidia_mig_mode,
+    nvidia_mig_repack,
+)
+from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.conftest import mig_uuids
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_pod_resources import FakeKubelet
+
+ENABLED = {'current': 'enabled', 'pending': 'enabled'}
+DAY = {'daytime': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 7}}]}
+
+
+@pytest.fixture
+def kubelet():
+    servers = []
+    # Short: a unix socket path must fit in 108 bytes, which pytest's tmp_path may not.
+    directory = tempfile.mkdtemp(prefix='podres-')
+
+    def start(**kwargs):
+        server = FakeKubelet(tempfile.mkdtemp(dir=directory), **kwargs)
+        servers.append(server)
+        return server
+    yield start
+    for server in servers:
+        server.stop()
+    shutil.rmtree(directory)
+
+
+def lock_held():
+    """Whether someone holds the host lock now: a second open file description cannot take it."""
+    with open(_nvml_backend.host_lock_path(), 'a') as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (IOError, OSError):
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def three_small(simulated_host):
+    return simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in (0, 1, 2)]},
+        {'model': 'L40S'}])
+
+
+@pytest.mark.parametrize('main, args', [
+    (nvidia_mig_layout.main, {'name': 'daytime', 'config': DAY, 'systemd': False, 'boot_persistence': False}),
+    (nvidia_mig_facts.main, {'kubelet_allocatable': True}),
+    (nvidia_mig_instance.main, {'gpus': [0], 'instances': {'1g.10gb': 7}}),
+    (nvidia_mig_mode.main, {'gpus': [0], 'state': 'enabled'}),
+    (nvidia_mig_repack.main, {'gpus': [0]}),
+], ids=['layout', 'facts', 'instance', 'mode', 'repack'])
+def test_the_kubelet_is_read_under_the_host_lock(simulated_host, run_module, kubelet, tmp_path, main, args):
+    three_small(simulated_host)
+    seen = []
+    server = kubelet(list_answer=encode_list_response([]), allocatable_answer=encode_allocatable_response({}),
+                     on_call=lambda method: seen.append((method, lock_held())))
+    assert not lock_held()
+    arguments = dict(args, pod_resources='required', pod_resources_socket=server.path)
+    if main is nvidia_mig_layout.main:
+        arguments.update(config_dir=str(tmp_path / 'etc'), lib_dir=str(tmp_path / 'lib'), bin_dir=str(tmp_path / 'bin'),
+                         systemd_dir=str(tmp_path / 'systemd'))
+    result, failed = run_module(main, arguments)
+    assert not failed, result
+    assert seen and all(held for method, held in seen), seen
+    assert ('GetAllocatableResources', True) in seen if args.get('kubelet_allocatable') else [m for m, dummy in seen] == ['List']
+
+
+def test_facts_kubelet_allocatable_lists_the_gpu_resources_ids(simulated_host, run_module, kubelet):
+    three_small(simulated_host)
+    uuids = mig_uuids(run_module)
+    server = kubelet(list_answer=encode_list_response([]), allocatable_answer=encode_allocatable_response({
+        'nvidia.com/mig-1g.10gb': [uuids[2], uuids[0], uuids[1]], 'nvidia.com/gpu': ['GPU-x'],
+        'nvidia.com/hostdev': ['0000:3b:00.2']}))
+    result, failed = run_module(nvidia_mig_facts.main, {'pod_resources_socket': server.path, 'kubelet_allocatable': True})
+    assert not failed, result
+    assert result['ansible_facts']['nvidia_mig']['kubelet_allocatable'] == {
+        'nvidia.com/mig-1g.10gb': sorted(uuids.values()), 'nvidia.com/gpu': ['GPU-x']}
+    # Not asked: not read, not returned.
+    server.calls[:] = []
+    result, failed = run_module(nvidia_mig_facts.main, {'pod_resources_socket': server.path})
+    assert not failed and 'kubelet_allocatable' not in result['ansible_facts']['nvidia_mig']
+    assert [call[0] for call in server.calls] == ['List']
+
+
+def test_facts_kubelet_allocatable_fails_clearly(simulated_host, run_module, kubelet, tmp_path):
+    three_small(simulated_host)
+    # A kubelet before 1.23: List only.
+    server = kubelet(list_answer=encode_list_response([]))
+    result, failed = run_module(nvidia_mig_facts.main, {'pod_resources_socket': server.path, 'kubelet_allocatable': True})
+    assert failed and result['msg'].startswith('kubelet_allocatable: the device ids the kubelet advertises cannot be read')
+    assert 'GetAllocatableResources' in result['msg']
+    result, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off', 'kubelet_allocatable': True,
+                                                        'pod_resources_socket': str(tmp_path / 'none.sock')})
+    assert failed and 'pod_resources=off never does' in result['msg']
+
+
+def test_layout_returns_the_ids_the_device_plugin_should_advertise_after_the_change(simulated_host, run_module, tmp_path):
+    three_small(simulated_host)
+    args = {'name': 'daytime', 'config': DAY, 'systemd': False, 'boot_persistence': False, 'pod_resources': 'off',
+            'config_dir': str(tmp_path / 'etc'), 'lib_dir': str(tmp_path / 'lib'), 'bin_dir': str(tmp_path / 'bin'),
+            'systemd_dir': str(tmp_path / 'systemd')}
+    planned, failed = run_module(nvidia_mig_layout.main, dict(args, apply=False))
+    assert not failed, planned
+    # Before the change: what the GPUs hold now (three 1g), the L40S whole.
+    assert len(planned['expected_device_ids']['nvidia.com/mig-1g.10gb']['uuid']) == 3
+    result, failed = run_module(nvidia_mig_layout.main, args)
+    assert not failed and result['actions'], result
+    from ansible_collections.gpufleet.mig.plugins.modules.nvidia_mig_facts import main as facts_main
+    facts, failed = run_module(facts_main, {'pod_resources': 'off'})
+    gpus = facts['ansible_facts']['nvidia_mig']['gpus']
+    cis = [gi['compute_instances'][0] for gi in gpus[0]['gpu_instances']]
+    assert result['expected_device_ids'] == {
+        'nvidia.com/mig-1g.10gb': {'uuid': sorted(ci['uuid'] for ci in cis),
+                                   'index': sorted('0:%d' % ci['mig_index'] for ci in cis)},
+        'nvidia.com/gpu': {'uuid': [gpus[1]['uuid']], 'index': ['1']},
+    }
+    assert len(cis) == 7 and result['resources'] == {'nvidia.com/mig-1g.10gb': 7, 'nvidia.com/gpu': 1}
