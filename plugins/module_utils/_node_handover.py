@@ -22,7 +22,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource, is_shared_resource
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource, is_shared_resource, strip_replica
 
 CONFIG_LABEL = 'nvidia.com/mig.config'
 STATE_LABEL = 'nvidia.com/mig.config.state'
@@ -39,9 +39,6 @@ SWITCHES = ('in_place', 'drain')
 FINISHED_PHASES = ('Succeeded', 'Failed')
 # The kubelet marks the API's copy of a static pod (its "mirror pod") with this annotation.
 MIRROR_ANNOTATION = 'kubernetes.io/config.mirror'
-# NVIDIA's device plugin advertises a time-sliced replica as <device id>::<replica>
-# (k8s-device-plugin, internal/rm: AnnotatedID).
-REPLICA_SEPARATOR = '::'
 EVENT_CONTROLLER = 'gpufleet.mig/mig-layout'
 # events.k8s.io/v1 limits a note to 1 kB (k8s.io/kubernetes pkg/apis/events/validation: NoteLengthLimit).
 EVENT_NOTE_LIMIT = 1024
@@ -308,10 +305,6 @@ def pods_in_the_way_of_reboot(pods):
     return sorted(left)
 
 
-def _device_id(advertised_id):
-    return advertised_id.split(REPLICA_SEPARATOR, 1)[0]
-
-
 def _base_resource(name):
     return name[:-len('.shared')] if is_shared_resource(name) else name
 
@@ -337,7 +330,7 @@ class Advertisement(object):
         have = {}
         for resource, ids in (advertised or {}).items():
             if is_gpu_resource(resource):
-                have.setdefault(_base_resource(resource), set()).update(_device_id(i) for i in ids or [])
+                have.setdefault(_base_resource(resource), set()).update(strip_replica(i) for i in ids or [])
         self.missing = dict((r, sorted(want[r] - have.get(r, set()))) for r in sorted(want) if want[r] - have.get(r, set()))
         self.stale = dict((r, sorted(have[r] - want.get(r, set()))) for r in sorted(have) if have[r] - want.get(r, set()))
 
