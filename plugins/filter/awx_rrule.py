@@ -2,7 +2,22 @@
 # Copyright: gpufleet.mig contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Filter awx_rrule: the iCalendar rule of an AWX schedule that fires at a local wall-clock time."""
+"""Filter awx_rrule: the iCalendar rule of an AWX schedule that fires at a local wall-clock time.
+
+Why not awx.awx's ``schedule_rrule`` lookup (awx.awx 24.6.1, compared with pytz 2026.6): for the rules
+awx_configure.yml sends it builds the same schedule (daily: the identical string; weekly: the same fields,
+``BYDAY`` before ``INTERVAL``), but as an input check for a playbook that changes a production controller it
+falls short, and it is the checks that this filter is for:
+- it needs pytz, which neither the controller's requirements nor this collection otherwise need (the
+  standard library's zoneinfo knows the same IANA names);
+- an omitted ``timezone`` silently means America/New_York, and an omitted ``start_date`` means now, so the
+  rule, and with it the schedule, changes on every run (awx_configure.yml must change nothing the second time);
+- a misspelt timezone fails as "Timezone parameter is not valid", without the name or a suggestion; the time
+  of day exists only inside ``start_date`` (``YYYY-MM-DD HH:MM:SS``; ``20:00`` without seconds is refused);
+  weekdays are only full lower-case English names (no ``MO``, ``Mon``, ``weekdays``, ``weekend``).
+The expansion itself is AWX's: tests/awx/test_rrule.py expands these rules with python-dateutil, as AWX
+does, across daylight-saving changes.
+"""
 
 from __future__ import absolute_import, division, print_function
 

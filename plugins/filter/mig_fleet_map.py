@@ -13,15 +13,21 @@ name: mig_fleet_map
 version_added: 0.2.0
 short_description: The MIG state of a fleet as one self-contained HTML page
 description:
-  - Draws every GPU of every host with its memory slices to scale, each GPU instance as a block spanning the slices
-    of its placement, and free and stranded slices marked, with fleet totals at the top (see C(docs/fragmentation.md)
-    for the definitions).
-  - The page has no external script, style, font or image and loads nothing (a Content-Security-Policy forbids it),
-    so it can be archived as a job artifact and opened from disk.
-  - Free slices, stranded slices, largest placeable profile and fragmentation are computed from the profiles and GPU
-    instances of each GPU with the same code as M(gpufleet.mig.nvidia_mig_facts), so the drawing and the figures
+  - Opens with an attention list (GPUs out of layout, unmatched, fragmented, busy where a switch is pending, and
+    hosts whose facts could not be read) that can be sorted and filtered by host, model and state; then fleet totals,
+    and every GPU of every host with its memory slices to scale, each GPU instance as a block spanning the slices of
+    its placement, and free, stranded and unusable slices marked (see C(docs/fragmentation.md) for the definitions).
+  - With a planned change per host (the C(gpus) of M(gpufleet.mig.nvidia_mig_layout) with O(gpufleet.mig.nvidia_mig_layout#module:apply=false)),
+    each GPU is drawn as it is and as it will be, the instances that go are marked and the pods that move named.
+  - The page has no external script, style, font or image and loads nothing (a Content-Security-Policy allows only
+    its own inline style and its one inline script, by hash), so it can be archived as a job artifact and opened from
+    disk. The GPUs are carried as compact JSON and drawn by the inline script, which keeps a 1000-host, 8000-GPU fleet
+    under 5 MB.
+  - Free, stranded and unusable slices, largest placeable profile and fragmentation are computed from the profiles and
+    GPU instances of each GPU with the same code as M(gpufleet.mig.nvidia_mig_facts), so the drawing and the figures
     always agree.
-  - Every record is validated; a malformed one fails with the host, the GPU and what is wrong.
+  - The HTML comes from a Jinja2 template with autoescape; every record is validated first, and a malformed one fails
+    with the host, the GPU and what is wrong.
 positional: title, generated
 options:
   _input:
@@ -33,6 +39,9 @@ options:
         with C(namespace), C(pod) and optionally C(container), or of strings C(namespace/pod) (or C(uid:<pod uid>)) as
         M(gpufleet.mig.nvidia_mig_facts) writes them.
       - GPUs that are not MIG-capable and GPUs with MIG disabled (whose C(profiles) may be empty) are shown as such.
+      - A record may carry C(failed), a reason, instead of C(gpus) for a host whose facts could not be read.
+      - A record may carry C(plan), a dict with C(layout) (the planned layout name) and C(gpus) (the C(gpus) of
+        M(gpufleet.mig.nvidia_mig_layout) run with O(gpufleet.mig.nvidia_mig_layout#module:apply=false)).
     type: list
     elements: dict
     required: true
@@ -41,8 +50,17 @@ options:
     type: str
     default: MIG fleet map
   generated:
-    description: Free text shown under the heading, for example when and by which job the map was made.
+    description:
+      - Free text shown under the heading, for example when (with its time zone) and by which job the map was made.
     type: str
+  fragmentation_above:
+    description: A GPU whose fragmentation is above this is listed as fragmented (the scheduled repack's default).
+    type: float
+    default: 0.25
+  stranded_above:
+    description: A GPU with more stranded memory slices than this is listed as fragmented (the scheduled repack's default).
+    type: int
+    default: 0
 author:
   - gpufleet.mig developers (@gpufleet)
 '''
@@ -50,7 +68,7 @@ author:
 EXAMPLES = r'''
 - name: Write the fleet MIG map on the controller
   ansible.builtin.copy:
-    dest: "{{ playbook_dir }}/mig-fleet-map.html"
+    dest: "{{ lookup('ansible.builtin.env', 'PWD') }}/mig-fleet-map.html"
     mode: "0644"
     content: "{{ mig_map_hosts | gpufleet.mig.mig_fleet_map('MIG fleet map', 'generated ' ~ now(utc=true).isoformat()) }}"
   vars:
@@ -66,24 +84,33 @@ EXAMPLES = r'''
 RETURN = r'''
 _value:
   description:
-    - An HTML5 document. Stable hooks for tests and scripts, every value HTML-escaped
-      (attributes carry the raw value, e.g. the slice numbers as integers).
-    - C(section#fleet-totals) with C([data-total=NAME]) entries (C(hosts), C(gpus), C(mig_enabled), C(mig_disabled),
-      C(no_mig), C(gpu_instances), C(busy_instances), C(allocated_instances), C(free_slices), C(stranded_slices),
-      C(in_layout), C(out_of_layout), C(layout_unknown)), C(tr[data-layout]) rows and C(tr[data-model]) rows with
-      C(li[data-profile][data-count]) for the largest placeable profile per GPU model.
-    - One C(section.host[data-host]) per host; one C(article.gpu[data-host][data-gpu]) per GPU with C(data-uuid),
-      C(data-model), C(data-mig) (V(enabled), V(disabled) or V(unsupported)), C(data-mig-pending), C(data-in-layout)
-      (V(true), V(false) or V(unknown)), C(data-total-slices), C(data-free-slices), C(data-stranded-slices),
-      C(data-largest-placeable) and C(data-fragmentation).
+    - An HTML5 document. Stable hooks for tests and scripts, every value HTML-escaped.
+    - C(section#attention) with C(table#attention-table), one C(tr.attention[data-host][data-gpu][data-model][data-states])
+      per GPU (or failed host) that needs attention, C(data-states) listing V(failed), V(out-of-layout), V(unmatched),
+      V(fragmented) and V(busy-switch-pending); the filters C(#filter-host), C(#filter-model), C(#filter-state) and
+      C(button[data-sort]) column sorting.
+    - C(section#fleet-totals) with C([data-total=NAME]) entries (C(hosts), C(failed_hosts), C(gpus), C(mig_enabled),
+      C(mig_disabled), C(no_mig), C(gpu_instances), C(busy_instances), C(allocated_instances), C(free_slices),
+      C(stranded_slices), C(in_layout), C(out_of_layout), C(layout_unknown), C(attention)), C(tr[data-layout]) rows and
+      C(tr[data-model]) rows with C(li[data-profile][data-count]) for the largest placeable profile per GPU model.
+    - C(script#fleet-data), the GPUs as JSON, from which the inline script draws, once loaded (C(body[data-rendered=true]),
+      the drawing time in C(body[data-render-ms])), one C(section.host[data-host]) per host and one
+      C(article.gpu[data-host][data-gpu]) per GPU with C(data-uuid), C(data-model), C(data-mig) (V(enabled),
+      V(disabled) or V(unsupported)), C(data-mig-pending), C(data-in-layout) (V(true), V(false) or V(unknown)),
+      C(data-total-slices), C(data-free-slices), C(data-stranded-slices), C(data-largest-placeable) and
+      C(data-fragmentation).
     - In it, C(ol.slices) holds one C(li.block) per GPU instance (C(data-state=instance), C(data-start), C(data-size),
-      C(data-profile), C(data-gi-id), C(data-busy), C(data-allocated)) and per free memory slice
-      (C(data-state=free), C(data-state=stranded) or C(data-state=unusable), C(data-size=1)); a GPU without MIG or with MIG disabled has one
-      block with C(data-state=no-mig) or C(data-state=mig-disabled) and C(data-allocated).
+      C(data-profile), C(data-gi-id), C(data-busy), C(data-allocated), C(data-goes) when a planned change destroys it)
+      and per free memory slice (C(data-state=free), C(data-state=stranded) or C(data-state=unusable), C(data-size=1));
+      a GPU without MIG or with MIG disabled has one block with C(data-state=no-mig) or C(data-state=mig-disabled) and
+      C(data-allocated). A planned change adds C(ol.slices.planned) (C(data-state=instance) blocks with C(data-kept))
+      and C(p.moves) naming the pods to evict.
   type: str
 '''
 
-import html
+import base64
+import hashlib
+import os
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -97,8 +124,14 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import 
     slice_states,
 )
 
+try:
+    import jinja2
+except ImportError:  # pragma: no cover - jinja2 comes with ansible-core on every controller
+    jinja2 = None
+
 MODES = ('enabled', 'disabled')
 _ID_UNSAFE = re.compile(r'[^A-Za-z0-9_-]+')
+TEMPLATE = 'mig_fleet_map.html.j2'
 
 STYLE = '''
 :root { --ink: #1f2933; --muted: #52606d; --line: #cbd2d9; --bar-width: 56rem; }
@@ -174,9 +207,266 @@ details table { margin: .4rem 0 0; font-size: .82rem; }
   .block { padding: .25rem .2rem; font-size: .7rem; }
   .block .profile { font-size: .74rem; }
 }
+section.host { content-visibility: auto; contain-intrinsic-size: auto 40rem; }
+.block.goes { outline: 3px dashed #b42318; outline-offset: -3px; }
+.block.goes .status.goes, .moves strong { color: #b42318; }
+.instance.new, .swatch.new { background: #def7ec; }
+.plan-head { margin: .5rem 0 .2rem; font-size: .85rem; color: var(--muted); }
+.moves { margin: .3rem 0 0; font-size: .85rem; }
+#attention .filters { display: flex; flex-wrap: wrap; gap: .4rem 1rem; margin-bottom: .5rem; align-items: center; }
+#attention th button { font: inherit; font-weight: 600; background: none; border: 0; padding: 0; cursor: pointer; }
+#attention th button::after { content: " \\2195"; color: var(--muted); }
+#attention .state { display: inline-block; border-radius: 3px; padding: 0 .35rem; margin: 0 .2rem .1rem 0; font-size: .8rem;
+  font-weight: 600; background: #fde8e8; color: #9b1c1c; }
+#attention .state.fragmented { background: #fdf6b2; color: #723b13; }
+#attention .state.busy-switch-pending { background: #ffd591; color: #713f12; }
+#attention tr[hidden] { display: none; }
 footer { color: var(--muted); font-size: .85rem; padding-bottom: 2rem; }
 footer dt { font-weight: 600; color: var(--ink); }
 footer dd { margin: 0 0 .4rem 1rem; }
+'''
+
+# The inline script: draws the hosts from #fleet-data (same markup a server-side drawing would have, every value
+# escaped), then wires the attention list's filters and sorting. Allowed by the page's Content-Security-Policy
+# through its SHA-256 hash, so no other script can run.
+SCRIPT = r'''
+(function () {
+  'use strict';
+  var started = performance.now();
+  var data = JSON.parse(document.getElementById('fleet-data').textContent);
+  var P = data.p, M = data.m;
+  var MODE = {e: 'enabled', d: 'disabled', u: 'unsupported'};
+  var SLICE = {f: 'free', s: 'stranded', u: 'unusable'};
+  var SLICE_TITLE = {
+    f: 'free',
+    s: 'stranded (free, but no profile that still fits can use it; a repack of the same instances would)',
+    u: 'unusable (free, but the GPU\'s compute slices or profile counts are all taken: no arrangement uses it)'
+  };
+  var ESC = {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'};
+  function esc(value) { return String(value).replace(/[&<>"']/g, function (c) { return ESC[c]; }); }
+  function label(pod) { return typeof pod === 'string' ? pod : pod[0]; }
+  function detail(pod) { return typeof pod === 'string' ? pod : pod[0] + ' (container ' + pod[1] + ')'; }
+  function describe(gi) {
+    var last = gi[1] + gi[2] - 1;
+    var where = gi[2] === 1 ? 'memory slice ' + gi[1] : 'memory slices ' + gi[1] + '-' + last;
+    var parts = [P[gi[0]] + ' at ' + where + ' (GPU instance ' + gi[3] + ')'];
+    if (gi[4]) { parts.push('busy, pids ' + (gi[5].join(', ') || 'unknown')); }
+    if (gi[6].length) { parts.push('allocated to ' + gi[6].map(detail).join(', ')); }
+    if (!gi[4] && !gi[6].length) { parts.push('idle'); }
+    return parts.join('; ');
+  }
+  function instanceBlock(gi, goes) {
+    var state = gi[4] ? 'busy' : (gi[6].length ? 'allocated' : 'idle');
+    var lines = '<span class="profile">' + esc(P[gi[0]]) + '</span><span class="placement">@' + gi[1] + ' &middot; GI ' + gi[3] + '</span>';
+    if (gi[6].length) {
+      lines += '<span class="status">allocated</span><span class="pod">' + esc(gi[6].map(label).join(', ')) + '</span>';
+    }
+    if (gi[4]) { lines += '<span class="status">busy</span><span class="pids">pid ' + esc(gi[5].join(', ') || '?') + '</span>'; }
+    if (!gi[4] && !gi[6].length) { lines += '<span class="status">idle</span>'; }
+    if (goes) { lines += '<span class="status goes">goes</span>'; }
+    return '<li class="block instance ' + state + (goes ? ' goes' : '') + '" data-state="instance" data-start="' + gi[1] +
+      '" data-size="' + gi[2] + '" data-profile="' + esc(P[gi[0]]) + '" data-gi-id="' + gi[3] + '" data-busy="' +
+      (gi[4] ? 'true' : 'false') + '" data-allocated="' + (gi[6].length ? 'true' : 'false') + '"' +
+      (goes ? ' data-goes="true"' : '') + ' style="grid-column: ' + (gi[1] + 1) + ' / span ' + gi[2] + '" title="' +
+      esc(describe(gi) + (goes ? '; the planned change destroys it' : '')) + '">' + lines + '</li>';
+  }
+  function columns(total) { return 'grid-template-columns: repeat(' + total + ', 1fr)'; }
+  function usage(g) {
+    var text = '';
+    if (g[10].length) { text += ' \u00b7 busy, pid ' + g[10].join(', '); }
+    if (g[11].length) { text += ' \u00b7 allocated to ' + g[11].map(detail).join(', '); }
+    return text;
+  }
+  function bar(g) {
+    var mig = MODE[g[3]], allocated = g[11].length ? 'true' : 'false', use = usage(g);
+    if (mig === 'unsupported') {
+      return '<ol class="slices" data-total-slices="0" aria-label="GPU ' + g[0] + ': no MIG"><li class="block no-mig" ' +
+        'data-state="no-mig" data-allocated="' + allocated + '" title="' + esc('This GPU does not support MIG: it is used whole' + use) +
+        '"><span class="profile">No MIG</span><span>whole GPU' + esc(use) + '</span></li></ol>';
+    }
+    if (mig === 'disabled') {
+      var pending = MODE[g[4]] === 'enabled' ? '; MIG will be enabled at the next GPU reset' : '';
+      return '<ol class="slices" data-total-slices="0" aria-label="GPU ' + g[0] + ': MIG disabled"><li class="block mig-disabled" ' +
+        'data-state="mig-disabled" data-allocated="' + allocated + '" title="' + esc('MIG is disabled: the GPU is used whole' + use + pending) +
+        '"><span class="profile">MIG disabled</span><span>whole GPU' + esc(use) + esc(pending) + '</span></li></ol>';
+    }
+    var goes = g[12] ? g[12][1] : [];
+    var cells = '', axis = '';
+    for (var i = 0; i < g[6]; i++) {
+      var state = g[7].charAt(i);
+      if (SLICE[state]) {
+        cells += '<li class="block ' + SLICE[state] + '" data-state="' + SLICE[state] + '" data-start="' + i + '" data-size="1" ' +
+          'style="grid-column: ' + (i + 1) + ' / span 1" title="memory slice ' + i + ': ' + esc(SLICE_TITLE[state]) + '"><span>' +
+          SLICE[state] + '</span></li>';
+      } else {
+        var gi = g[9][state.charCodeAt(0) - 48];
+        if (gi[1] === i) { cells += instanceBlock(gi, goes.indexOf(gi[3]) >= 0); }
+      }
+      axis += '<span>' + i + '</span>';
+    }
+    return '<ol class="slices" data-total-slices="' + g[6] + '" style="' + columns(g[6]) + '" aria-label="GPU ' + g[0] +
+      ' memory, ' + g[6] + ' slices">' + cells + '</ol><div class="axis" style="' + columns(g[6]) + '" aria-hidden="true">' +
+      axis + '</div>';
+  }
+  function planned(h, g) {
+    var plan = g[12];
+    if (!plan) { return ''; }
+    var head = '<p class="plan-head">Planned (' + esc(h[4] || '') + '): ';
+    var out;
+    if (plan[3]) {
+      out = head + 'no change</p>';
+    } else if (plan[0] === null) {
+      out = head + esc(plan[5] || 'MIG mode changes first; instances are planned once it is enabled') + '</p>';
+    } else if (plan[4] === 'd') {
+      out = head + 'MIG disabled, the GPU used whole</p>';
+    } else {
+      var cells = '';
+      plan[0].forEach(function (gi) {
+        cells += '<li class="block instance ' + (gi[3] ? 'idle' : 'new') + '" data-state="instance" data-start="' + gi[1] +
+          '" data-size="' + gi[2] + '" data-profile="' + esc(P[gi[0]]) + '" data-kept="' + (gi[3] ? 'true' : 'false') +
+          '" style="grid-column: ' + (gi[1] + 1) + ' / span ' + gi[2] + '" title="' + esc(P[gi[0]] + ' at ' + gi[1] +
+          (gi[3] ? ', kept' : ', created')) + '"><span class="profile">' + esc(P[gi[0]]) + '</span><span class="status">' +
+          (gi[3] ? 'kept' : 'new') + '</span></li>';
+      });
+      out = head + plan[1].length + ' instance(s) go</p><ol class="slices planned" data-total-slices="' + g[6] + '" style="' +
+        columns(g[6]) + '" aria-label="GPU ' + g[0] + ' as planned">' + cells + '</ol>';
+    }
+    if (plan[2].length) {
+      out += '<p class="moves"><strong>Pods to evict:</strong> ' + esc(plan[2].join(', ')) + '</p>';
+    }
+    return out;
+  }
+  function card(h, g) {
+    var mig = MODE[g[3]], pending = MODE[g[4]], model = M[g[2]];
+    var inLayout = g[5] === 1 ? 'true' : (g[5] === 0 ? 'false' : 'unknown');
+    var badge = {'true': ['yes', 'in layout'], 'false': ['no', 'out of layout'], 'unknown': ['unknown', 'layout unknown']}[inLayout];
+    var facts = '<div><dt>MIG</dt><dd>' + esc(mig === 'unsupported' ? 'not supported' : mig) +
+      (mig !== 'unsupported' && pending !== mig ? ' <span class="badge pending">pending ' + esc(pending) + '</span>' : '') + '</dd></div>';
+    var attrs = '';
+    var f = g[8];
+    if (f) {
+      facts += '<div><dt>Largest placeable</dt><dd>' + esc(f[2] >= 0 ? P[f[2]] : 'nothing fits') + '</dd></div>' +
+        '<div><dt>Free slices</dt><dd>' + f[0] + ' of ' + g[6] + '</dd></div><div><dt>Stranded</dt><dd>' + f[1] + '</dd></div>' +
+        '<div><dt>Fragmentation</dt><dd>' + f[3].toFixed(2) + '</dd></div>';
+      if (f[3] > 0) { facts += '<div><dt>After a repack</dt><dd>' + esc(P[f[4]]) + '</dd></div>'; }
+      attrs = ' data-free-slices="' + f[0] + '" data-stranded-slices="' + f[1] + '" data-largest-placeable="' +
+        esc(f[2] >= 0 ? P[f[2]] : '') + '" data-fragmentation="' + f[3] + '"';
+    }
+    var details = g[9].length ? '<details data-gpu="' + g[0] + '"><summary>' + g[9].length + ' GPU instance(s)</summary></details>' : '';
+    return '<article class="gpu' + (g[5] === 0 ? ' out-of-layout' : '') + '" id="' + h[2] + '-gpu-' + g[0] + '" data-host="' +
+      esc(h[0]) + '" data-gpu="' + g[0] + '" data-uuid="' + esc(g[1]) + '" data-model="' + esc(model) + '" data-mig="' + mig +
+      '" data-mig-pending="' + pending + '" data-in-layout="' + inLayout + '" data-total-slices="' + g[6] + '"' + attrs +
+      ' aria-label="' + esc(h[0]) + ' GPU ' + g[0] + '"><div class="gpu-head"><h3>GPU ' + g[0] + ' &middot; ' + esc(model) +
+      '</h3><span class="badge ' + badge[0] + '">' + badge[1] + '</span><span class="uuid">' + esc(g[1]) + '</span></div>' +
+      '<dl class="figures">' + facts + '</dl>' + bar(g) + planned(h, g) + details + '</article>';
+  }
+  function hostSection(h) {
+    var gpus = h[5], out = 0, stranded = 0;
+    gpus.forEach(function (g) { if (g[5] === 0) { out += 1; } if (g[8]) { stranded += g[8][1]; } });
+    var summary = gpus.length + ' GPU(s), declared layout: ' + (h[1] || 'none');
+    if (out) { summary += ', ' + out + ' out of layout'; }
+    if (stranded) { summary += ', ' + stranded + ' stranded slice(s)'; }
+    if (h[4]) { summary += ', planned layout: ' + h[4]; }
+    var body = h[3] ? '<p class="note failed">Facts not read: ' + esc(h[3]) + '</p>' :
+      (gpus.length ? '' : '<p class="note">No GPU reported.</p>');
+    return '<section class="host" id="' + h[2] + '" data-host="' + esc(h[0]) + '" data-layout="' + esc(h[1] || '') +
+      '" data-drawn="' + (gpus.length ? 'false' : 'true') + '" aria-labelledby="' + h[2] + '-title"><h2 id="' + h[2] +
+      '-title">' + esc(h[0]) + '</h2><p class="host-summary">' + esc(summary) + '</p>' + body + '</section>';
+  }
+  // A host's GPU cards are drawn when it comes near the viewport (or is linked, printed, or drawAll is called):
+  // the page is usable at once whatever the fleet's size.
+  function draw(section) {
+    if (section.dataset.drawn === 'true') { return; }
+    var h = byId[section.id];
+    section.insertAdjacentHTML('beforeend', h[5].map(function (g) { return card(h, g); }).join(''));
+    section.dataset.drawn = 'true';
+  }
+  function drawAll() {
+    Array.prototype.forEach.call(document.querySelectorAll('section.host[data-drawn="false"]'), draw);
+  }
+  function drawTarget() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    var host = byId[id] ? id : (id.indexOf('-gpu-') > 0 ? id.slice(0, id.lastIndexOf('-gpu-')) : '');
+    var section = host && document.getElementById(host);
+    if (section) {
+      draw(section);
+      var target = document.getElementById(id);
+      if (target) { target.scrollIntoView(); }
+    }
+  }
+  function detailsTable(h, g) {
+    var rows = g[9].map(function (gi) {
+      return '<tr><td class="num">' + gi[3] + '</td><td>' + esc(P[gi[0]]) + '</td><td>' + gi[1] + ':' + gi[2] + '</td><td>' +
+        esc(gi[7].map(function (c) { return P[c]; }).join(', ') || 'none') + '</td><td>' + esc(gi[5].join(', ') || '-') +
+        '</td><td>' + esc(gi[6].map(detail).join(', ') || '-') + '</td></tr>';
+    }).join('');
+    return '<table><thead><tr><th scope="col" class="num">GI</th><th scope="col">Profile</th><th scope="col">Placement ' +
+      'start:size</th><th scope="col">Compute instances</th><th scope="col">Processes</th><th scope="col">Allocated to</th>' +
+      '</tr></thead><tbody>' + rows + '</tbody></table>';
+  }
+  var hosts = document.getElementById('hosts');
+  var byId = {};
+  data.h.forEach(function (h) { byId[h[2]] = h; });
+  hosts.insertAdjacentHTML('beforeend', data.h.map(hostSection).join('') ||
+    '<p class="note">No host records.</p>');
+  var pending = document.querySelectorAll('section.host[data-drawn="false"]');
+  if (window.IntersectionObserver) {
+    var observer = new IntersectionObserver(function (entries) {
+      entries.forEach(function (entry) {
+        if (entry.isIntersecting) { draw(entry.target); observer.unobserve(entry.target); }
+      });
+    }, {rootMargin: '1500px 0px'});
+    Array.prototype.forEach.call(pending, function (section) { observer.observe(section); });
+  } else {
+    drawAll();
+  }
+  window.addEventListener('beforeprint', drawAll);
+  window.addEventListener('hashchange', drawTarget);
+  drawTarget();
+  window.gpufleetMigMap = {drawAll: drawAll};
+  hosts.addEventListener('toggle', function (event) {
+    var node = event.target;
+    if (node.tagName !== 'DETAILS' || node.querySelector('table')) { return; }
+    var h = byId[node.closest('section.host').id];
+    var index = Number(node.dataset.gpu);
+    var g = h[5].filter(function (gpu) { return gpu[0] === index; })[0];
+    node.insertAdjacentHTML('beforeend', detailsTable(h, g));
+  }, true);
+
+  var table = document.getElementById('attention-table');
+  if (table) {
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var host = document.getElementById('filter-host'), model = document.getElementById('filter-model');
+    var state = document.getElementById('filter-state'), shown = document.getElementById('attention-shown');
+    var filter = function () {
+      var text = host.value.trim().toLowerCase(), count = 0;
+      rows.forEach(function (row) {
+        var visible = (!text || row.dataset.host.toLowerCase().indexOf(text) >= 0) &&
+          (!model.value || row.dataset.model === model.value) &&
+          (!state.value || (' ' + row.dataset.states + ' ').indexOf(' ' + state.value + ' ') >= 0);
+        row.hidden = !visible;
+        if (visible) { count += 1; }
+      });
+      shown.textContent = String(count);
+    };
+    [host, model, state].forEach(function (input) { input.addEventListener('input', filter); input.addEventListener('change', filter); });
+    var order = {};
+    Array.prototype.forEach.call(table.querySelectorAll('button[data-sort]'), function (button) {
+      button.addEventListener('click', function () {
+        var key = button.dataset.sort, ascending = order[key] = !order[key];
+        rows.sort(function (a, b) {
+          var x = a.dataset['sort' + key], y = b.dataset['sort' + key];
+          var result = key === 'Gpu' ? Number(x) - Number(y) : (x < y ? -1 : (x > y ? 1 : 0));
+          return ascending ? result : -result;
+        });
+        rows.forEach(function (row) { body.appendChild(row); });
+      });
+    });
+  }
+  document.body.dataset.renderMs = String(Math.round(performance.now() - started));
+  document.body.dataset.rendered = 'true';
+}());
 '''
 
 
@@ -186,11 +476,6 @@ class MapInputError(ValueError):
 
 def _error(message):
     return AnsibleFilterError('mig_fleet_map: %s' % message)
-
-
-def _e(value):
-    """Text or attribute value, HTML-escaped (quotes included)."""
-    return html.escape('%s' % (value,), quote=True)
 
 
 def _is_int(value):
@@ -237,7 +522,7 @@ def _allocations(record, where):
     result = []
     for entry in allocated:
         if isinstance(entry, string_types) and entry.strip():
-            result.append({'label': entry, 'detail': entry})
+            result.append({'label': entry, 'detail': entry, 'container': None})
             continue
         if not isinstance(entry, dict):
             raise MapInputError("%s: allocated_to entries must be {namespace, pod, container} or 'namespace/pod', got %r"
@@ -246,7 +531,8 @@ def _allocations(record, where):
         pod = _require(entry, 'pod', string_types, where + ' allocated_to', 'a string')
         container = _require(entry, 'container', string_types, where + ' allocated_to', 'a string', optional=True)
         label = '%s/%s' % (namespace, pod)
-        result.append({'label': label, 'detail': '%s (container %s)' % (label, container) if container else label})
+        result.append({'label': label, 'detail': '%s (container %s)' % (label, container) if container else label,
+                       'container': container})
     return result
 
 
@@ -301,6 +587,7 @@ def _gpu_view(gpu, host):
         'states': [],
         'figures': None,
         'total_slices': 0,
+        'plan': None,
     }
     view['model'] = _model_name(view['name'])
     processes = gpu.get('processes') or []
@@ -352,13 +639,69 @@ def _host_view(record, position):
     host = record.get('host')
     if not isinstance(host, string_types) or not host.strip():
         raise MapInputError('host record %d: host must be a non-empty inventory name, got %r' % (position, host))
-    layout = _require(record, 'layout', string_types, 'host %s' % host, 'a layout name or null', optional=True)
-    gpus = _require(record, 'gpus', (list,), 'host %s' % host, 'a list (nvidia_mig facts gpus)')
+    where = 'host %s' % host
+    layout = _require(record, 'layout', string_types, where, 'a layout name or null', optional=True)
+    failed = _require(record, 'failed', string_types, where, 'a reason (string) or null', optional=True)
+    gpus = _require(record, 'gpus', (list,), where, 'a list (nvidia_mig facts gpus)', optional=failed is not None) or []
     views = sorted((_gpu_view(gpu, host) for gpu in gpus), key=lambda v: v['index'])
     indexes = [v['index'] for v in views]
     if len(set(indexes)) != len(indexes):
         raise MapInputError('host %s: GPU indexes repeat: %s' % (host, indexes))
-    return {'host': host, 'layout': layout, 'gpus': views}
+    plan = _require(record, 'plan', (dict,), where, 'a dict {layout, gpus} (nvidia_mig_layout with apply=false)',
+                    optional=True)
+    if plan is not None:
+        _attach_plan(views, plan, where)
+    return {'host': host, 'layout': layout, 'failed': failed, 'gpus': views,
+            'planned_layout': plan.get('layout') if plan else None}
+
+
+def _attach_plan(views, plan, where):
+    """Each GPU's planned change (the gpus of nvidia_mig_layout with apply=false): its instances after, marked new or kept,
+    the instances it destroys and the pods that must move. GPUs the plan does not list stay as they are."""
+    layout = _require(plan, 'layout', string_types, where + ' plan', 'the planned layout name')
+    entries = _require(plan, 'gpus', (list,), where + ' plan', 'a list (nvidia_mig_layout gpus)')
+    by_index = dict((v['index'], v) for v in views)
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise MapInputError('%s plan: each GPU must be a dict, got %r' % (where, entry))
+        index = _require(entry, 'index', (int,), where + ' plan GPU', 'an integer')
+        gpu = by_index.get(index)
+        label = '%s plan GPU %d' % (where, index)
+        if gpu is None:
+            raise MapInputError('%s: no such GPU in the facts' % label)
+        after = _require(entry, 'after', (list,), label, 'a list of GPU instances or null', optional=True)
+        destroyed = _require(entry, 'destroyed_instances', (list,), label, 'a list', optional=True) or []
+        pods = _require(entry, 'pods_to_evict', (list,), label, 'a list of pods', optional=True) or []
+        if not all(isinstance(p, string_types) for p in pods):
+            raise MapInputError('%s: pods_to_evict must be a list of strings, got %r' % (label, pods))
+        gone = []
+        for instance in destroyed:
+            if not isinstance(instance, dict) or not _is_int(instance.get('id')):
+                raise MapInputError('%s: destroyed_instances entries must be dicts with an integer id, got %r' % (label, instance))
+            gone.append(instance['id'])
+        planned = None
+        if after is not None:
+            planned = []
+            for instance in after:
+                if not isinstance(instance, dict):
+                    raise MapInputError('%s: after entries must be dicts, got %r' % (label, instance))
+                profile = _require(instance, 'profile', string_types, label + ' after', 'a profile name')
+                placement = _require(instance, 'placement', (dict,), label + ' after', 'a dict {start, size}')
+                planned.append({'profile': profile,
+                                'start': _require(placement, 'start', (int,), label + ' after', 'an integer'),
+                                'size': _require(placement, 'size', (int,), label + ' after', 'an integer'),
+                                'kept': _is_int(instance.get('id'))})
+            planned.sort(key=lambda i: i['start'])
+        mode = (entry.get('mode') or {}).get('after') or {}
+        gpu['plan'] = {
+            'layout': layout,
+            'after': planned,
+            'destroyed': sorted(gone),
+            'pods_to_evict': list(pods),
+            'in_layout': entry.get('in_layout') is True,
+            'mig_after': mode.get('current') if mode.get('current') in MODES else None,
+            'note': entry.get('note') if isinstance(entry.get('note'), string_types) else None,
+        }
 
 
 def _dom_ids(hosts):
@@ -376,19 +719,24 @@ def _dom_ids(hosts):
 
 
 _TOTAL_LABELS = (
-    ('hosts', 'Hosts'), ('gpus', 'GPUs'), ('mig_enabled', 'MIG enabled'), ('mig_disabled', 'MIG disabled'),
-    ('no_mig', 'Without MIG'), ('gpu_instances', 'GPU instances'), ('busy_instances', 'Busy instances'),
-    ('allocated_instances', 'Allocated instances'), ('free_slices', 'Free slices'), ('stranded_slices', 'Stranded slices'),
-    ('in_layout', 'GPUs in layout'), ('out_of_layout', 'GPUs out of layout'), ('layout_unknown', 'Layout unknown'),
+    ('hosts', 'Hosts'), ('failed_hosts', 'Hosts not read'), ('gpus', 'GPUs'), ('mig_enabled', 'MIG enabled'),
+    ('mig_disabled', 'MIG disabled'), ('no_mig', 'Without MIG'), ('gpu_instances', 'GPU instances'),
+    ('busy_instances', 'Busy instances'), ('allocated_instances', 'Allocated instances'), ('free_slices', 'Free slices'),
+    ('stranded_slices', 'Stranded slices'), ('in_layout', 'GPUs in layout'), ('out_of_layout', 'GPUs out of layout'),
+    ('layout_unknown', 'Layout unknown'), ('attention', 'Need attention'),
 )
+_WARN_TOTALS = ('failed_hosts', 'stranded_slices', 'out_of_layout', 'attention')
 
 
-def _totals(hosts):
+def _totals(hosts, attention):
     totals = dict((key, 0) for key, dummy in _TOTAL_LABELS)
     layouts = {}
     models = {}
     totals['hosts'] = len(hosts)
+    totals['attention'] = len(attention)
     for host in hosts:
+        if host['failed'] is not None:
+            totals['failed_hosts'] += 1
         row = layouts.setdefault(host['layout'], {'hosts': 0, 'gpus': 0, 'in': 0, 'out': 0, 'unknown': 0})
         row['hosts'] += 1
         for gpu in host['gpus']:
@@ -414,46 +762,131 @@ def _totals(hosts):
             model['ranks'].update(gpu['ranks'])
             largest = gpu['figures']['largest_placeable']
             model['largest'][largest] = model['largest'].get(largest, 0) + 1
-    return totals, layouts, models
-
-
-def _render_totals(hosts):
-    totals, layouts, models = _totals(hosts)
-    out = ['<section id="fleet-totals" aria-labelledby="fleet-totals-title">',
-           '<h2 id="fleet-totals-title">Fleet totals</h2>', '<dl class="totals">']
-    for key, label in _TOTAL_LABELS:
-        warn = key in ('stranded_slices', 'out_of_layout') and totals[key]
-        out.append('<div data-total="%s"%s><dt>%s</dt><dd>%d</dd></div>' % (key, ' class="warn"' if warn else '', label, totals[key]))
-    out.append('</dl>')
-    out.append('<table id="totals-by-layout"><caption>GPUs by declared layout</caption>'
-               '<thead><tr><th scope="col">Declared layout</th><th scope="col" class="num">Hosts</th>'
-               '<th scope="col" class="num">GPUs</th><th scope="col" class="num">In layout</th>'
-               '<th scope="col" class="num">Out of layout</th><th scope="col" class="num">Unknown</th></tr></thead><tbody>')
+    rows = []
     for name in sorted(layouts, key=lambda n: (n is None, n or '')):
-        row = layouts[name]
-        out.append('<tr data-layout="%s" data-hosts="%d" data-gpus="%d" data-in-layout="%d" data-out-of-layout="%d" '
-                   'data-unknown="%d"><th scope="row">%s</th><td class="num">%d</td><td class="num">%d</td>'
-                   '<td class="num">%d</td><td class="num">%d</td><td class="num">%d</td></tr>'
-                   % (_e(name or ''), row['hosts'], row['gpus'], row['in'], row['out'], row['unknown'],
-                      _e(name) if name else '<em>none declared</em>', row['hosts'], row['gpus'], row['in'], row['out'],
-                      row['unknown']))
-    out.append('</tbody></table>')
-    out.append('<table id="totals-largest-placeable"><caption>Largest placeable profile per GPU model '
-               '(GPUs with MIG enabled)</caption><thead><tr><th scope="col">GPU model</th>'
-               '<th scope="col" class="num">GPUs</th><th scope="col">Largest profile that still fits: number of GPUs</th>'
-               '</tr></thead><tbody>')
-    if not models:
-        out.append('<tr><td colspan="3">No GPU with MIG enabled.</td></tr>')
+        rows.append(dict(layouts[name], name=name))
+    model_rows = []
     for model in sorted(models):
         entry = models[model]
         ranked = sorted(entry['largest'], key=lambda name: entry['ranks'].get(name, ()) if name else (), reverse=True)
-        items = ''.join('<li data-profile="%s" data-count="%d"><strong>%s</strong>: %d</li>'
-                        % (_e(name or 'none'), entry['largest'][name], _e(name) if name else 'nothing fits',
-                           entry['largest'][name]) for name in ranked)
-        out.append('<tr data-model="%s" data-gpus="%d"><th scope="row">%s</th><td class="num">%d</td>'
-                   '<td><ul class="counts">%s</ul></td></tr>' % (_e(model), entry['gpus'], _e(model), entry['gpus'], items))
-    out.append('</tbody></table></section>')
-    return '\n'.join(out)
+        model_rows.append({'model': model, 'gpus': entry['gpus'],
+                           'largest': [{'profile': name, 'count': entry['largest'][name]} for name in ranked]})
+    return ([{'key': key, 'label': text, 'value': totals[key], 'warn': key in _WARN_TOTALS and bool(totals[key])}
+             for key, text in _TOTAL_LABELS], rows, model_rows)
+
+
+# The states of the attention list, in the order they are listed.
+ATTENTION_STATES = (
+    ('failed', 'failed'),
+    ('out-of-layout', 'out of layout'),
+    ('unmatched', 'unmatched'),
+    ('fragmented', 'fragmented'),
+    ('busy-switch-pending', 'busy, switch pending'),
+)
+
+
+def _busy(gpu):
+    return bool(gpu['processes']) or any(gi['busy'] for gi in gpu['instances'])
+
+
+def gpu_attention(host, gpu, fragmentation_above, stranded_above):
+    """[(state, why)] for one GPU: what makes it need an operator's attention (empty: nothing)."""
+    found = []
+    if gpu['in_layout'] is False:
+        found.append(('out-of-layout', 'does not hold the declared layout %s' % host['layout']))
+    if gpu['in_layout'] is None and host['layout'] and gpu['mig'] != 'unsupported':
+        found.append(('unmatched', 'no entry of the declared layout %s matches it: left as it is' % host['layout']))
+    figures = gpu['figures']
+    if figures and (figures['fragmentation'] > fragmentation_above or figures['stranded_slices'] > stranded_above):
+        found.append(('fragmented', '%d stranded slice(s), fragmentation %.2f: largest placeable %s, %s after a repack'
+                      % (figures['stranded_slices'], figures['fragmentation'], figures['largest_placeable'] or 'none',
+                         figures['repacked_largest_placeable'] or 'none')))
+    switches = []
+    if gpu['mig'] != 'unsupported' and gpu['pending'] != gpu['mig']:
+        switches.append('MIG mode %s pending' % gpu['pending'])
+    if gpu['in_layout'] is False:
+        switches.append('out of layout')
+    plan = gpu['plan']
+    if plan is not None and not plan['in_layout']:
+        switches.append('a switch to %s planned' % plan['layout'])
+    if switches and _busy(gpu):
+        pids = sorted(set(gpu['processes']) | set(p for gi in gpu['instances'] for p in gi['pids']))
+        pid_text = ', '.join(str(p) for p in pids) or '?'
+        found.append(('busy-switch-pending', 'busy (pid %s) while %s' % (pid_text, ', '.join(switches))))
+    return found
+
+
+def attention_list(hosts, fragmentation_above, stranded_above):
+    """The GPUs (and failed hosts) that need attention, by host and GPU index."""
+    rows = []
+    for host in hosts:
+        if host['failed'] is not None:
+            rows.append({'host': host['host'], 'gpu': None, 'model': '', 'anchor': host['dom_id'],
+                         'states': ['failed'], 'why': ['facts not read: %s' % host['failed']]})
+        for gpu in host['gpus']:
+            found = gpu_attention(host, gpu, fragmentation_above, stranded_above)
+            if found:
+                rows.append({'host': host['host'], 'gpu': gpu['index'], 'model': gpu['model'],
+                             'anchor': '%s-gpu-%d' % (host['dom_id'], gpu['index']),
+                             'states': [state for state, dummy in found], 'why': [why for dummy, why in found]})
+    return rows
+
+
+_MODE_CODES = {'enabled': 'e', 'disabled': 'd', 'unsupported': 'u'}
+_SLICE_CODES = {'free': 'f', 'stranded': 's', 'unusable': 'u'}
+
+
+class _Strings(object):
+    """A table of repeated strings (profile and model names): the JSON carries their positions."""
+
+    def __init__(self):
+        self.items = []
+        self.positions = {}
+
+    def __call__(self, text):
+        if text not in self.positions:
+            self.positions[text] = len(self.items)
+            self.items.append(text)
+        return self.positions[text]
+
+
+def _pod(allocation):
+    return allocation['label'] if allocation['detail'] == allocation['label'] else [allocation['label'], allocation['container']]
+
+
+def _gpu_payload(gpu, names, models):
+    """One GPU as a JSON array (positions documented in SCRIPT): about 10 times smaller than its drawing."""
+    figures = gpu['figures']
+    compact_figures = None
+    states = ''
+    if figures is not None:
+        compact_figures = [figures['free_slices'], figures['stranded_slices'],
+                           names(figures['largest_placeable']) if figures['largest_placeable'] else -1,
+                           figures['fragmentation'],
+                           names(figures['repacked_largest_placeable']) if figures['repacked_largest_placeable'] else -1]
+        states = ''.join(_SLICE_CODES[s] if s in _SLICE_CODES else chr(48 + s) for s in gpu['states'])
+    instances = [[names(gi['profile']), gi['start'], gi['size'], gi['id'], 1 if gi['busy'] else 0, gi['pids'],
+                  [_pod(a) for a in gi['allocated_to']], [names(ci) for ci in gi['compute_instances']]]
+                 for gi in gpu['instances']]
+    plan = gpu['plan']
+    compact_plan = None
+    if plan is not None:
+        after = None if plan['after'] is None else [[names(i['profile']), i['start'], i['size'], 1 if i['kept'] else 0]
+                                                    for i in plan['after']]
+        compact_plan = [after, plan['destroyed'], plan['pods_to_evict'], 1 if plan['in_layout'] else 0,
+                        _MODE_CODES.get(plan['mig_after']), plan['note']]
+    return [gpu['index'], gpu['uuid'], models(gpu['model']), _MODE_CODES[gpu['mig']], _MODE_CODES[gpu['pending']],
+            {True: 1, False: 0, None: None}[gpu['in_layout']], gpu['total_slices'], states, compact_figures, instances,
+            gpu['processes'], [_pod(a) for a in gpu['allocated_to']], compact_plan]
+
+
+def fleet_payload(hosts):
+    """What the inline script draws the hosts from: {p: names, m: models, h: [[host, layout, id, failed, planned, gpus]]}."""
+    names = _Strings()
+    models = _Strings()
+    compact = [[host['host'], host['layout'], host['dom_id'], host['failed'], host['planned_layout'],
+                [_gpu_payload(gpu, names, models) for gpu in host['gpus']]] for host in hosts]
+    return {'p': names.items, 'm': models.items, 'h': compact}
 
 
 _LEGEND = (
@@ -465,182 +898,26 @@ _LEGEND = (
     ('unusable', 'unusable slice (free, but no arrangement of these instances leaves a profile that can use it)'),
     ('mig-disabled', 'MIG disabled (whole GPU)'),
     ('no-mig', 'GPU without MIG'),
+    ('instance new', 'planned view: an instance the change creates (a dashed red edge marks one it destroys)'),
 )
 
-
-def _render_legend():
-    items = ''.join('<li><span class="swatch %s" aria-hidden="true"></span>%s</li>' % (css, _e(text)) for css, text in _LEGEND)
-    return ('<section id="legend" class="legend panel" aria-labelledby="legend-title">'
-            '<h2 id="legend-title">Legend</h2><ul>%s</ul><p class="note">Each bar is one GPU\'s memory, drawn to '
-            'scale: every bar has the same width, so GPUs with the same number of memory slices have slices of the '
-            'same width. Numbers under a bar are memory slice indexes; a block\'s label gives its profile, placement '
-            '(first slice) and GPU instance id. Hover a block for details.</p></section>' % items)
+_CSP_SCRIPT = "'sha256-%s'" % base64.b64encode(hashlib.sha256(SCRIPT.encode('utf-8')).digest()).decode('ascii')
 
 
-def _describe_instance(gi):
-    last = gi['start'] + gi['size'] - 1
-    where = 'memory slice %d' % gi['start'] if gi['size'] == 1 else 'memory slices %d-%d' % (gi['start'], last)
-    parts = ['%s at %s (GPU instance %d)' % (gi['profile'], where, gi['id'])]
-    if gi['busy']:
-        parts.append('busy, pids %s' % (', '.join(str(p) for p in gi['pids']) or 'unknown'))
-    if gi['allocated_to']:
-        parts.append('allocated to %s' % ', '.join(_pod_text(a, True) for a in gi['allocated_to']))
-    if not gi['busy'] and not gi['allocated_to']:
-        parts.append('idle')
-    return '; '.join(parts)
+def _environment():
+    if jinja2 is None:
+        raise _error('needs the jinja2 library (it comes with ansible-core)')
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.dirname(os.path.abspath(__file__))),
+                              autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 
 
-def _pod_text(allocation, with_container=False):
-    return allocation['detail'] if with_container else allocation['label']
+def _number(value, name, kinds):
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+        raise _error('%s must be a number of 0 or more, got %r' % (name, value))
+    return value
 
 
-def _instance_state(gi):
-    if gi['busy']:
-        return 'busy'
-    if gi['allocated_to']:
-        return 'allocated'
-    return 'idle'
-
-
-def _render_block(gi):
-    lines = ['<span class="profile">%s</span>' % _e(gi['profile']),
-             '<span class="placement">@%d &middot; GI %d</span>' % (gi['start'], gi['id'])]
-    if gi['allocated_to']:
-        lines.append('<span class="status">allocated</span>')
-        lines.append('<span class="pod">%s</span>' % _e(', '.join(_pod_text(a) for a in gi['allocated_to'])))
-    if gi['busy']:
-        lines.append('<span class="status">busy</span>')
-        lines.append('<span class="pids">pid %s</span>' % _e(', '.join(str(p) for p in gi['pids']) or '?'))
-    if not gi['busy'] and not gi['allocated_to']:
-        lines.append('<span class="status">idle</span>')
-    return ('<li class="block instance %s" data-state="instance" data-start="%d" data-size="%d" data-profile="%s" '
-            'data-gi-id="%d" data-busy="%s" data-allocated="%s" style="grid-column: %d / span %d" title="%s">%s</li>'
-            % (_instance_state(gi), gi['start'], gi['size'], _e(gi['profile']), gi['id'], str(gi['busy']).lower(),
-               str(bool(gi['allocated_to'])).lower(), gi['start'] + 1, gi['size'], _e(_describe_instance(gi)), ''.join(lines)))
-
-
-def _whole_gpu_usage(gpu):
-    """' · busy, pid ...' and ' · allocated to ...' for a GPU used whole (plain text)."""
-    text = ''
-    if gpu['processes']:
-        text += ' \u00b7 busy, pid %s' % ', '.join(str(p) for p in gpu['processes'])
-    if gpu['allocated_to']:
-        text += ' \u00b7 allocated to %s' % ', '.join(_pod_text(a, True) for a in gpu['allocated_to'])
-    return text
-
-
-_SLICE_TITLES = {
-    'free': 'free',
-    'stranded': 'stranded (free, but no profile that still fits can use it; a repack of the same instances would)',
-    'unusable': 'unusable (free, but the GPU\'s compute slices or profile counts are all taken: no arrangement uses it)',
-}
-
-
-def _render_bar(gpu):
-    usage = _whole_gpu_usage(gpu)
-    allocated = str(bool(gpu['allocated_to'])).lower()
-    if gpu['mig'] == 'unsupported':
-        return ('<ol class="slices" data-total-slices="0" aria-label="GPU %d: no MIG"><li class="block no-mig" '
-                'data-state="no-mig" data-allocated="%s" title="%s"><span class="profile">No MIG</span>'
-                '<span>whole GPU%s</span></li></ol>'
-                % (gpu['index'], allocated, _e('This GPU does not support MIG: it is used whole' + usage), _e(usage)))
-    if gpu['mig'] == 'disabled':
-        pending = ('; MIG will be enabled at the next GPU reset' if gpu['pending'] == 'enabled' else '')
-        return ('<ol class="slices" data-total-slices="0" aria-label="GPU %d: MIG disabled"><li class="block mig-disabled" '
-                'data-state="mig-disabled" data-allocated="%s" title="%s"><span class="profile">MIG disabled</span>'
-                '<span>whole GPU%s%s</span></li></ol>'
-                % (gpu['index'], allocated, _e('MIG is disabled: the GPU is used whole' + usage + pending), _e(usage),
-                   _e(pending)))
-    total = gpu['total_slices']
-    cells = []
-    for slice_index, state in enumerate(gpu['states']):
-        if state in _SLICE_TITLES:
-            title = 'memory slice %d: %s' % (slice_index, _SLICE_TITLES[state])
-            cells.append('<li class="block %s" data-state="%s" data-start="%d" data-size="1" style="grid-column: %d / span 1" '
-                         'title="%s"><span>%s</span></li>' % (state, state, slice_index, slice_index + 1, _e(title), state))
-        elif gpu['instances'][state]['start'] == slice_index:
-            cells.append(_render_block(gpu['instances'][state]))
-    axis = ''.join('<span>%d</span>' % number for number in range(total))
-    columns = 'grid-template-columns: repeat(%d, 1fr)' % total
-    return ('<ol class="slices" data-total-slices="%d" style="%s" aria-label="GPU %d memory, %d slices">%s</ol>'
-            '<div class="axis" style="%s" aria-hidden="true">%s</div>'
-            % (total, columns, gpu['index'], total, ''.join(cells), columns, axis))
-
-
-def _render_details(gpu):
-    if not gpu['instances']:
-        return ''
-    rows = []
-    for gi in gpu['instances']:
-        allocated = ', '.join(_pod_text(a, True) for a in gi['allocated_to'])
-        rows.append('<tr><td class="num">%d</td><td>%s</td><td>%d:%d</td><td>%s</td><td>%s</td><td>%s</td></tr>'
-                    % (gi['id'], _e(gi['profile']), gi['start'], gi['size'], _e(', '.join(gi['compute_instances']) or 'none'),
-                       _e(', '.join(str(p) for p in gi['pids']) or '-'), _e(allocated or '-')))
-    return ('<details><summary>%d GPU instance(s)</summary><table><thead><tr><th scope="col" class="num">GI</th>'
-            '<th scope="col">Profile</th><th scope="col">Placement start:size</th><th scope="col">Compute instances</th>'
-            '<th scope="col">Processes</th><th scope="col">Allocated to</th></tr></thead><tbody>%s</tbody></table></details>'
-            % (len(gpu['instances']), ''.join(rows)))
-
-
-def _render_gpu(host, gpu):
-    in_layout = {True: 'true', False: 'false', None: 'unknown'}[gpu['in_layout']]
-    badge = {'true': ('yes', 'in layout'), 'false': ('no', 'out of layout'), 'unknown': ('unknown', 'layout unknown')}[in_layout]
-    figures = gpu['figures']
-    mode = gpu['mig'] if gpu['mig'] != 'unsupported' else 'not supported'
-    mode_badge = ''
-    if gpu['mig'] != 'unsupported' and gpu['pending'] != gpu['mig']:
-        mode_badge = ' <span class="badge pending">pending %s</span>' % _e(gpu['pending'])
-    facts = ['<div><dt>MIG</dt><dd>%s%s</dd></div>' % (_e(mode), mode_badge)]
-    attrs = ''
-    if figures is not None:
-        facts.extend([
-            '<div><dt>Largest placeable</dt><dd>%s</dd></div>' % _e(figures['largest_placeable'] or 'nothing fits'),
-            '<div><dt>Free slices</dt><dd>%d of %d</dd></div>' % (figures['free_slices'], figures['total_slices']),
-            '<div><dt>Stranded</dt><dd>%d</dd></div>' % figures['stranded_slices'],
-            '<div><dt>Fragmentation</dt><dd>%.2f</dd></div>' % figures['fragmentation'],
-        ])
-        attrs = (' data-free-slices="%d" data-stranded-slices="%d" data-largest-placeable="%s" data-fragmentation="%s"'
-                 % (figures['free_slices'], figures['stranded_slices'], _e(figures['largest_placeable'] or ''),
-                    _e(figures['fragmentation'])))
-    classes = 'gpu out-of-layout' if gpu['in_layout'] is False else 'gpu'
-    return ('<article class="%s" id="%s-gpu-%d" data-host="%s" data-gpu="%d" data-uuid="%s" data-model="%s" data-mig="%s" '
-            'data-mig-pending="%s" data-in-layout="%s" data-total-slices="%d"%s aria-label="%s GPU %d">'
-            '<div class="gpu-head"><h3>GPU %d &middot; %s</h3><span class="badge %s">%s</span>'
-            '<span class="uuid">%s</span></div><dl class="figures">%s</dl>%s%s</article>'
-            % (classes, host['dom_id'], gpu['index'], _e(host['host']), gpu['index'], _e(gpu['uuid']), _e(gpu['model']),
-               gpu['mig'], gpu['pending'], in_layout, gpu['total_slices'], attrs, _e(host['host']), gpu['index'],
-               gpu['index'], _e(gpu['model']), badge[0], badge[1], _e(gpu['uuid']), ''.join(facts), _render_bar(gpu),
-               _render_details(gpu)))
-
-
-def _render_host(host):
-    gpus = host['gpus']
-    out_of_layout = sum(1 for g in gpus if g['in_layout'] is False)
-    stranded = sum(g['figures']['stranded_slices'] for g in gpus if g['figures'])
-    summary = '%d GPU(s), declared layout: %s' % (len(gpus), host['layout'] or 'none')
-    if out_of_layout:
-        summary += ', %d out of layout' % out_of_layout
-    if stranded:
-        summary += ', %d stranded slice(s)' % stranded
-    body = ''.join(_render_gpu(host, gpu) for gpu in gpus) or '<p class="note">No GPU reported.</p>'
-    return ('<section class="host" id="%s" data-host="%s" data-layout="%s" aria-labelledby="%s-title">'
-            '<h2 id="%s-title">%s</h2><p class="host-summary">%s</p>%s</section>'
-            % (host['dom_id'], _e(host['host']), _e(host['layout'] or ''), host['dom_id'], host['dom_id'], _e(host['host']),
-               _e(summary), body))
-
-
-_FOOTER = '''<footer><h2>Terms</h2><dl>
-<dt>Free slices</dt><dd>memory slices that no GPU instance covers.</dd>
-<dt>Largest placeable</dt><dd>the biggest profile of which one more instance still fits, honouring NVML's placements.</dd>
-<dt>Stranded slices</dt><dd>free slices that no still-placeable profile can use as the instances are placed, but that
-the best rearrangement of the same instances would make usable: memory a repack gives back. A slice that no arrangement
-can use (7x1g: every compute slice taken) is unusable, not stranded.</dd>
-<dt>Fragmentation</dt><dd>1 - largest placeable slices / largest placeable slices after the best rearrangement: 0.00 when
-the largest profile that could fit does fit (or nothing could), 0.50 when a repack would fit an instance twice as big.</dd>
-</dl></footer>'''
-
-
-def mig_fleet_map(hosts, title='MIG fleet map', generated=None):
+def mig_fleet_map(hosts, title='MIG fleet map', generated=None, fragmentation_above=0.25, stranded_above=0):
     """One self-contained HTML page drawing the MIG state of ``hosts`` (see DOCUMENTATION)."""
     if not isinstance(hosts, list):
         raise _error('input must be a list of host records {host, layout, gpus}, got %s' % type(hosts).__name__)
@@ -648,6 +925,8 @@ def mig_fleet_map(hosts, title='MIG fleet map', generated=None):
         raise _error('title must be a string, got %r' % (title,))
     if generated is not None and not isinstance(generated, string_types):
         raise _error('generated must be a string, got %r' % (generated,))
+    fragmentation_above = _number(fragmentation_above, 'fragmentation_above', (int, float))
+    stranded_above = _number(stranded_above, 'stranded_above', (int,))
     try:
         views = [_host_view(record, position) for position, record in enumerate(hosts)]
     except MapInputError as exc:
@@ -658,28 +937,15 @@ def mig_fleet_map(hosts, title='MIG fleet map', generated=None):
         raise _error('host names repeat: %s' % ', '.join(repeated))
     views.sort(key=lambda h: h['host'])
     _dom_ids(views)
-    parts = [
-        '<!DOCTYPE html>',
-        '<html lang="en">',
-        '<head>',
-        '<meta charset="utf-8">',
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<title>%s</title>' % _e(title),
-        '<style>%s</style>' % STYLE,
-        '</head>',
-        '<body>',
-        '<header><h1>%s</h1>%s</header>' % (_e(title), '<p class="generated">%s</p>' % _e(generated) if generated else ''),
-        '<main>',
-        _render_totals(views),
-        _render_legend(),
-        '<section id="hosts" aria-label="Hosts">',
-    ]
-    parts.extend(_render_host(host) for host in views)
-    if not views:
-        parts.append('<p class="note">No host records.</p>')
-    parts.extend(['</section>', '</main>', _FOOTER, '</body>', '</html>', ''])
-    return '\n'.join(parts)
+    attention = attention_list(views, fragmentation_above, stranded_above)
+    totals, layouts, models = _totals(views, attention)
+    template = _environment().get_template(TEMPLATE)
+    return template.render(
+        title=title, generated=generated, style=STYLE, script=SCRIPT, csp_script=_CSP_SCRIPT, totals=totals,
+        layouts=layouts, models=models, attention=attention, attention_states=ATTENTION_STATES,
+        attention_models=sorted(set(row['model'] for row in attention if row['model'])),
+        fragmentation_above=fragmentation_above, stranded_above=stranded_above, legend=_LEGEND,
+        payload=fleet_payload(views)) + '\n'
 
 
 class FilterModule(object):

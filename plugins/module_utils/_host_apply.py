@@ -32,7 +32,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import App
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, index_id_refusal
 
 
 class LayoutRequest(object):
@@ -92,13 +92,10 @@ class GpuDecision(object):
         elif gpu['gpu_instances']:
             # MIG goes off: every instance goes first (busy or allocated ones refuse here).
             self.plan = plan_gpu(gpu, {}, allocated=self.allocated, evictable=self.evictable)
-        if self.index_id_pods() and not self.evictable:
-            raise PlanningError(
-                'GPU %d: pod(s) %s hold MIG devices by index id (<gpu>:<mig device>, the device plugin\'s deviceIDStrategy '
-                'index), a position in the GPU\'s list of MIG devices; the change layout %s needs on this GPU shifts those '
-                'positions, so an id would name another instance. Nothing was changed: evict those pods first (the '
-                'mig_layout role does), or run the device plugin with deviceIDStrategy uuid'
-                % (self.index, ', '.join(self.index_id_pods()), request.name))
+        refusal = None if self.evictable else index_id_refusal(
+            self.index, self.index_id_pods(), 'the change layout %s needs on this GPU' % request.name)
+        if refusal:
+            raise PlanningError(refusal)
 
     def _pids_outside_pods(self, held):
         """Processes on the GPU that no pod holding it (or their instance) accounts for."""
@@ -144,13 +141,9 @@ class GpuDecision(object):
                 for gi in self.gpu['gpu_instances'] if gi['id'] in ids]
 
     def index_id_pods(self):
-        """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change.
-
-        A '<gpu>:<mig device>' id is a position in NVML's list of the GPU's MIG devices. Any instance
-        created or destroyed on the GPU may move the others in that list (the order NVML gives them is
-        not documented), so after any change an id may name another instance: the kubelet would then
-        hand a held instance to a second pod. Every such pod goes, whichever instance it holds.
-        """
+        """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change: after any
+        change such an id may name another instance (_pod_resources.index_id_refusal), so every such pod
+        goes, whichever instance it holds."""
         changes = self.mode.changed or bool(self.plan and self.plan.changed)
         return list(self.index_pods) if changes else []
 

@@ -27,6 +27,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import difflib
 import re
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource
@@ -48,6 +49,10 @@ ENTRY_KEYS = ('device-filter', 'devices', 'mig-enabled', 'mig-devices', MEMORY_S
 MAX_COUNT = 'max'
 UNMATCHED = ('ignore', 'fail')
 _UINT32_MAX = 0xFFFFFFFF
+# The most compute slices a GPU of any MIG model has (7 on the 8-memory-slice GPUs, A100 to B300,
+# 4 on A30 and RTX PRO 6000: /work reference mig-geometry.md, NVIDIA's MIG User Guide, supported profiles).
+MAX_COMPUTE_SLICES = 7
+_PROFILE_HINT = 'a MIG profile such as 1g.10gb or 1c.3g.40gb, or a model-agnostic shape such as 1g or 1c.3g'
 
 
 class LayoutConfigError(ValueError):
@@ -223,9 +228,7 @@ def _mig_devices(where, value):
             try:
                 check_format(key)
             except ProfileError as exc:
-                raise LayoutConfigError(
-                    "%s: error validating values in 'mig-devices' field: invalid format for %r: %s (a MIG profile "
-                    "such as 1g.10gb or 1c.3g.40gb, or a model-agnostic shape such as 1g or 1c.3g)" % (where, key, exc))
+                raise LayoutConfigError(profile_typo(where, key, 'invalid format for %r: %s' % (key, exc)))
         result[key] = _count(where, key, count)
         if result[key] == MAX_COUNT:
             fill.append(key)
@@ -262,34 +265,74 @@ def _memory_slices(where, value):
 
 # ---- the layout being applied: strictly ------------------------------------------------------
 
+def profile_typo(where, key, reason):
+    """The one message of a ``mig-devices`` key that is not a profile name, whoever reads it (role, module, file load)."""
+    return "%s: mig-devices key %s is not a MIG profile: %s (%s)" % (where, key, reason, _PROFILE_HINT)
+
+
 def _key_problem(key):
     """Why a ``mig-devices`` key can match no GPU's profile, or None."""
     try:
         parse_key(key)
     except ProfileError as exc:
-        return '%s (NVML names profiles [<C>c.]<G>g.<GB>gb with an optional +me, +me.all, -me or +gfx)' % exc
+        return str(exc)
     return None
+
+
+def _compute_slices_problem(where, mig_devices):
+    """Why the GPU instances of one entry fit no GPU of any model (more compute slices than any has), or None.
+
+    Compute-instance keys (``1c.3g``) and the count ``max`` are left out: a necessary condition only.
+    """
+    asked = []
+    for key in sorted(mig_devices):
+        count = mig_devices[key]
+        try:
+            parsed = parse_key(key)
+        except ProfileError:
+            continue
+        if count == MAX_COUNT or parsed.is_compute_instance_profile:
+            continue
+        asked.append((key, count, parsed.gpu_slices * count))
+    total = sum(slices for dummy, dummy, slices in asked)
+    if total <= MAX_COMPUTE_SLICES:
+        return None
+    return ('%s: mig-devices %s need %d compute slices, more than any MIG GPU has (%d): no GPU of any model fits it'
+            % (where, ' + '.join('%s x%d' % (key, count) for key, count, dummy in asked), total, MAX_COMPUTE_SLICES))
 
 
 def _problems_of(name, entries):
     problems = []
     for position, entry in enumerate(entries):
+        where = 'layout %s entry %d' % (name, position)
         for key in sorted(entry['mig-devices']):
             problem = _key_problem(key)
             if problem:
-                problems.append('layout %s entry %d: mig-devices key %s: %s' % (name, position, key, problem))
+                problems.append(profile_typo(where, key, problem))
+        slices = _compute_slices_problem(where, entry['mig-devices'])
+        if slices:
+            problems.append(slices)
     return problems
 
 
+def unknown_layout(name, names):
+    """The one-line message of a layout name that is not defined: the closest defined name first."""
+    names = sorted(names)
+    close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.6)
+    return 'layout %r is not defined%s (defined: %s)' % (
+        name, '; did you mean %s?' % close[0] if close else '', ', '.join(names) or 'none')
+
+
 def check_layout(configs, name):
-    """The entries of layout ``name``, checked strictly; an unknown name lists the defined ones.
+    """The entries of layout ``name``, checked strictly; an unknown name names the closest defined one.
 
     Refused here, though mig-parted loads them: ``mig-devices`` keys that no GPU can offer
     (``0g.0gb``, ``2c.1g.10gb``, ``1g.5gb+foo``), which mig-parted refuses only on the GPUs the
-    entry matches, after it changed the MIG mode.
+    entry matches, after it changed the MIG mode, and GPU instances that need more compute slices
+    than a GPU of any model has (``3g: 3``).
     """
     if name not in configs:
-        raise LayoutConfigError('layout %r is not defined (defined: %s)' % (name, ', '.join(sorted(configs)) or 'none'))
+        raise LayoutConfigError(unknown_layout(name, configs))
     problems = _problems_of(name, configs[name])
     if problems:
         raise LayoutConfigError('; '.join(problems))
@@ -476,6 +519,42 @@ def _no_match_reason(entries, gpu, memory_slices):
             _entries(by_slices, 'applies', 'apply'), ' or '.join(str(n) for n in wanted),
             'has %d' % memory_slices if memory_slices else 'has no MIG'))
     return '; '.join(reasons) or 'the layout has no entry'
+
+
+def known_gpus(decision):
+    """The MIG-capable GPUs of a host as its decision (nvidia_mig_layout, any layout) reported them, for
+    :func:`may_match_any`: {'index', 'pci_device_id', 'pci_subsystem_id', 'memory_slices'}; what the decision
+    does not tell (the subsystem id, the memory slices of a GPU whose MIG is off) is None."""
+    found = []
+    for gpu in (decision or {}).get('gpus') or []:
+        slices = (gpu.get('free_space_after') or {}).get('total_slices') or gpu.get('memory_slices')
+        found.append({'index': gpu.get('index'), 'pci_device_id': gpu.get('pci_device_id'),
+                      'pci_subsystem_id': gpu.get('pci_subsystem_id'), 'memory_slices': slices})
+    for gpu in (decision or {}).get('unmatched_gpus') or []:
+        found.append({'index': gpu.get('index'), 'pci_device_id': gpu.get('pci_device_id'),
+                      'pci_subsystem_id': gpu.get('pci_subsystem_id'), 'memory_slices': None})
+    return sorted(found, key=lambda gpu: gpu['index'])
+
+
+def may_match_any(entries, gpus):
+    """Whether an entry of a layout may match one of ``gpus`` (:func:`known_gpus`).
+
+    Only a sure "no" counts: a device-filter with a subsystem id the record lacks, or memory slices not
+    known yet, may match.
+    """
+    for gpu in gpus:
+        for entry in entries:
+            if not _devices_match(entry, gpu):
+                continue
+            if gpu.get('pci_subsystem_id') is None and any(
+                    (parse_device_id(text) or (None, None))[1] is not None for text in entry['device-filter']):
+                return True
+            if not _filter_matches(entry, gpu):
+                continue
+            wanted = entry.get(MEMORY_SLICES_KEY)
+            if wanted is None or gpu.get('memory_slices') is None or gpu['memory_slices'] in wanted:
+                return True
+    return False
 
 
 def _candidate(position, entry):

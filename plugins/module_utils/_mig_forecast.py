@@ -27,12 +27,14 @@ __metaclass__ = type
 import math
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+    MAX_COUNT,
     LayoutConfigError,
     choose_entry,
     concrete_instances,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, MigShape, ProfileError, parse_key
+# The one rule for compute instance profiles NVML cannot list yet (no GPU instance of the profile exists).
 from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import derived_compute_profiles
 
 # The plain GPU instance profiles of a GPU by its memory slices: (compute slices, memory slices, starts).
@@ -100,12 +102,15 @@ def _plain_keys(mig_devices, profiles, label):
             if not near:
                 raise LayoutConfigError('%s: %s is not offered: a GPU of this kind offers %s' % (
                     label, key, ', '.join(p['name'] for p in profiles)))
-            plain = MigProfile(parsed.compute_slices, parsed.gpu_slices, near[0].memory_gb).name
+            nearest = min(near, key=lambda profile: abs(profile.memory_gb - parsed.memory_gb))
+            plain = MigProfile(parsed.compute_slices, parsed.gpu_slices, nearest.memory_gb).name
         count = mig_devices[key]
-        if plain in result and count != 'max' and result[plain] != 'max':
-            result[plain] += count
-        else:
+        if plain not in result:
             result[plain] = count
+        elif MAX_COUNT in (count, result[plain]):
+            result[plain] = MAX_COUNT
+        else:
+            result[plain] += count
     return result
 
 

@@ -660,6 +660,24 @@ def allocations_of(host, pod_devices, pid_pods=None):
     return result
 
 
+def index_id_refusal(gpu_index, pods, change):
+    """Why ``change`` (what changes GPU ``gpu_index``'s MIG devices, in words) must not happen while ``pods``
+    hold the GPU's MIG devices by index id; None when no pod does.
+
+    A '<gpu>:<mig device>' id is a position in NVML's list of the GPU's MIG devices. Any instance created or
+    destroyed on the GPU may move the others in that list (the NVML reference of nvmlDeviceGetMigDeviceHandleByIndex
+    documents no order, only that handles may be reused and their properties change), so the kubelet,
+    which keeps counting the old id as given to its pod, would hand the instance now at that position to a
+    second pod.
+    """
+    if not pods:
+        return None
+    return ('GPU %d: pod(s) %s hold MIG devices by index id (<gpu>:<mig device>, the device plugin\'s deviceIDStrategy '
+            'index), a position in the GPU\'s list of MIG devices; %s shifts those positions, so an id would name another '
+            'instance. Nothing was changed: evict those pods first (the mig_layout role does), or run the device plugin '
+            'with deviceIDStrategy uuid' % (gpu_index, ', '.join(pods), change))
+
+
 def _advertised(host):
     """(resource, UUID id, index id) of each device NVIDIA's device plugin (mixed MIG strategy) advertises for
     ``host``: one nvidia.com/mig-<profile> per GPU instance with one full-size compute instance (the plugin

@@ -33,7 +33,7 @@ options:
     default: ''
   kubelet_allocatable:
     description:
-      - Also read the kubelet's C(GetAllocatableResources) over O(pod_resources_socket): the device ids the device
+      - Also read the kubelet's C(GetAllocatableResources) over O(pod_resources_socket), the device ids the device
         plugins advertise now (RV(ansible_facts.nvidia_mig.kubelet_allocatable)), to compare as sets with
         RV(gpufleet.mig.nvidia_mig_layout#module:expected_device_ids) after a change. Costs nothing unless set.
       - Fails when the kubelet cannot answer it (no socket, Kubernetes before 1.23, ...), and with O(pod_resources=off).

@@ -159,6 +159,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError, select_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import index_id_refusal
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -205,8 +206,12 @@ def plan_selected(host, params, check_mode, held=None):
                                     % (gpu['index'], gpu['uuid'], mode['current'], mode['pending']))
             plans.append((gpu, None))
             continue
-        allocated = (held.get(gpu['uuid']) or {}).get('instances', {})
-        plans.append((gpu, plan_gpu(gpu, wanted, repack=params['repack'], allocated=allocated)))
+        gpu_held = held.get(gpu['uuid']) or {}
+        plan = plan_gpu(gpu, wanted, repack=params['repack'], allocated=gpu_held.get('instances', {}))
+        refusal = index_id_refusal(gpu['index'], gpu_held.get('index_pods', []) if plan.changed else [], 'changing its instances')
+        if refusal:
+            raise PlanningError(refusal)
+        plans.append((gpu, plan))
     return plans, skipped
 
 

@@ -16,15 +16,16 @@ description:
     O(name)), matches its entries to the GPUs of the host as mig-parted does, and plans the MIG mode and the
     instances of every GPU with the collection's placement planner. Everything is decided before the first change;
     busy instances (running processes, or allocated to a pod) are never destroyed. A GPU whose MIG is still off is
-    checked too, as far as NVML tells with MIG off (RV(gpus[].checked_with)): a profile it cannot offer fails before
+    checked too, as far as NVML tells with MIG off (RV(gpus[].checked_with)); a profile it cannot offer fails before
     any GPU of the host changes.
   - Unless O(apply=false) or check mode, applies the plan (mode, a reset of an idle GPU when allowed, instances)
     and verifies the result by reading the GPUs again.
   - NVML describes a GPU's profiles only while MIG is enabled. A GPU whose MIG is still off is planned in two steps
     (RV(gpus[].deferred)), its instances once the mode step has enabled MIG.
   - Keeps what the boot-time re-apply needs on the host, each file written only when its content differs, and only once
-    the host holds the layout (see O(apply)). That is the declared layout, the collection's host code (taken from this module's own payload), the C(gpufleet-mig-apply)
-    command, the systemd boot unit, and optionally the metrics textfile with its refresh timer.
+    the host holds the layout (see O(apply)). That is the declared layout, the collection's host code (taken from this
+    module's own payload), the C(gpufleet-mig-apply) command, the systemd boot unit, and optionally the metrics
+    textfile with its refresh timer.
   - Stops the host's GPU clients (systemd services such as DCGM) while the GPUs change, and starts them again.
   - Refuses to act when another owner of MIG (the C(nvidia-mig-manager) service) runs or is enabled.
   - A change that fails outside this module (an eviction refused, a reboot) is recorded with

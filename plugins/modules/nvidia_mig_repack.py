@@ -81,7 +81,8 @@ gpus:
     status:
       description:
         - V(repacked) (would be, in check mode), V(below_threshold), V(no_idle_move) (nothing can move without
-          touching a busy or allocated instance, or no move improves the free space), or V(mig_disabled).
+          touching a busy or allocated instance, no move improves the free space, or pods hold the GPU's MIG devices
+          by index id, which any move would make name other instances), or V(mig_disabled).
       type: str
     reason:
       description: Why the GPU was left as it is.
@@ -130,7 +131,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import index_id_refusal, node_resources
 
 _FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
 
@@ -139,14 +140,18 @@ def figures(analysis):
     return dict((key, analysis[key]) for key in _FIGURES)
 
 
-def plan_repack(gpu, allocated, params):
-    """(status, reason, plan or None) for one GPU: pure, from its current state."""
+def plan_repack(gpu, allocated, params, index_pods=()):
+    """(status, reason, plan or None) for one GPU: pure, from its current state. ``index_pods``: pods that hold
+    its MIG devices by index id, which any move would make name other instances."""
     if gpu['mig_mode']['current'] != 'enabled':
         return 'mig_disabled', 'MIG is disabled', None
     before = free_space(gpu)
     if before['fragmentation'] <= params['fragmentation_above'] and before['stranded_slices'] <= params['stranded_above']:
         return 'below_threshold', 'fragmentation %.2f and %d stranded slice(s) are within the thresholds' % (
             before['fragmentation'], before['stranded_slices']), None
+    refusal = index_id_refusal(gpu['index'], list(index_pods), 'moving its instances')
+    if refusal:
+        return 'no_idle_move', refusal, None
     empty = [gi['id'] for gi in gpu['gpu_instances'] if not gi['compute_instances']]
     if empty:
         return 'no_idle_move', 'GPU instance(s) %s have no compute instance, which no layout describes' % empty, None
@@ -179,8 +184,8 @@ def main_body(module):
         for gpu, dummy in select_gpus(host['gpus'], params['gpus']):
             if not gpu['mig_capable']:
                 continue
-            allocated = (held.get(gpu['uuid']) or {}).get('instances', {})
-            status, reason, plan = plan_repack(gpu, allocated, params)
+            gpu_held = held.get(gpu['uuid']) or {}
+            status, reason, plan = plan_repack(gpu, gpu_held.get('instances', {}), params, gpu_held.get('index_pods', []))
             planned.append((gpu, status, reason, plan))
         for gpu, status, reason, plan in planned:
             actions = plan.actions if plan else []

@@ -60,7 +60,7 @@ def test_ee_definition_is_v3_and_matches_the_tested_versions():
     for key in ('galaxy', 'python', 'system'):
         assert os.path.isfile(os.path.join(REPO, deps[key])), deps[key]
     python = pins(os.path.join(REPO, deps['python']))
-    for package in ('kubernetes', 'nvidia-ml-py', 'python-dateutil', 'tzdata'):
+    for package in ('kubernetes', 'nvidia-ml-py', 'grpcio', 'python-dateutil', 'tzdata'):
         assert python[package] == constraints[package], package
     galaxy = dict((c['name'], c['version']) for c in load_yaml(os.path.join(REPO, deps['galaxy']))['collections'])
     assert galaxy == {'kubernetes.core': shipped_collection_version('kubernetes', 'core'),

@@ -22,6 +22,8 @@ import subprocess
 import tempfile
 import time
 
+from ansible_collections.gpufleet.mig.tests.support.debian import PackageInstallError, install_debian_packages
+
 CHROMIUM_NAMES = ('chromium', 'chromium-browser')
 APT_PACKAGES = ('chromium', 'fonts-dejavu-core')
 _CHILD_FD_FLOOR = 10   # the child's pipe ends live above 3 and 4 until they are moved there
@@ -48,24 +50,14 @@ def ensure_chromium():
     path = find_chromium()
     if path:
         return path, 0.0
-    if os.geteuid() != 0:
-        raise BrowserError('Chromium is not installed and this is not root: install the Debian package chromium '
-                           '(apt-get install chromium) or set CHROMIUM_BIN')
-    if not shutil.which('apt-get'):
-        raise BrowserError('Chromium is not installed and apt-get is missing: install a Chromium build and set CHROMIUM_BIN')
-    started = time.monotonic()
-    environment = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-    for command in (['apt-get', 'update', '-q'],
-                    ['apt-get', 'install', '-y', '-q', '--no-install-recommends'] + list(APT_PACKAGES)):
-        result = subprocess.run(command, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, timeout=900, check=False)
-        if result.returncode != 0:
-            raise BrowserError('%s failed (exit %d):\n%s' % (' '.join(command), result.returncode,
-                                                             result.stdout.decode('utf-8', 'replace')[-3000:]))
+    try:
+        seconds = install_debian_packages(APT_PACKAGES, 'Chromium')
+    except PackageInstallError as exc:
+        raise BrowserError('%s (or set CHROMIUM_BIN)' % exc)
     path = find_chromium()
     if not path:
         raise BrowserError('apt-get installed %s but no chromium binary is on PATH' % ' '.join(APT_PACKAGES))
-    return path, time.monotonic() - started
+    return path, seconds
 
 
 class Chromium(object):

@@ -36,6 +36,10 @@ EXPECTED_STRANDED = {
 
 DOM_SNAPSHOT = r'''
 (() => {
+  // The page draws a host's GPUs as it nears the viewport and lets the browser skip off-screen hosts
+  // (content-visibility): that keeps a large fleet fast. Draw and lay out every host to measure them all.
+  window.gpufleetMigMap.drawAll();
+  document.querySelectorAll('section.host').forEach(section => { section.style.contentVisibility = 'visible'; });
   const box = el => { const r = el.getBoundingClientRect(); return {left: r.left, top: r.top, width: r.width, height: r.height}; };
   const gpus = [...document.querySelectorAll('article.gpu')].map(gpu => {
     const bar = gpu.querySelector('ol.slices');

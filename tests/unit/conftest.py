@@ -13,7 +13,17 @@ import sys
 import pytest
 
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core before 2.19 (make floor-test): the module reads basic._ANSIBLE_ARGS
+    import contextlib
+    from unittest import mock
+
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        with mock.patch.object(basic, '_ANSIBLE_ARGS', json.dumps({'ANSIBLE_MODULE_ARGS': args}).encode('utf-8')):
+            yield
 
 SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
 # The NVML simulator is a package of its own outside the collection's plugins (never shipped to

@@ -6,6 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
+
 from ansible_collections.gpufleet.mig.plugins.modules.nvidia_mig_facts import gpu_facts
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import read_simulated_host
 
@@ -69,3 +71,32 @@ def sample_fleet():
         {'host': 'inference-l40s-01', 'layout': None, 'gpus': host_gpus(
             [simulated_gpu('L40S', mig='disabled', pids=[900])], whole_gpu_pods={0: ['inference/vllm-0']})},
     ]
+
+
+def large_fleet(hosts=1000, gpus_per_host=8):
+    """``hosts`` A100-80GB hosts of ``gpus_per_host`` GPUs for the scale test: mostly the daytime layout with a pod on
+    every instance, some nighttime, some churned, out of layout, MIG mode pending or busy during a pending switch."""
+    daytime = [('1g.10gb', start, []) for start in range(7)]
+    variants = host_gpus([
+        simulated_gpu('A100-SXM4-80GB', daytime),
+        simulated_gpu('A100-SXM4-80GB', [('3g.40gb', 0, [4100]), ('3g.40gb', 4, [])]),
+        simulated_gpu('A100-SXM4-80GB', [('1g.10gb', 0, []), ('1g.10gb', 3, [4200]), ('1g.10gb', 6, [])]),
+        simulated_gpu('A100-SXM4-80GB', [('2g.20gb', 0, [4300]), ('1g.10gb', 2, []), ('3g.40gb', 4, [])]),
+        simulated_gpu('A100-SXM4-80GB', mig='disabled', pending='enabled', pids=[4400]),
+    ])
+    # per GPU position of a host: which variant, and whether it holds the declared layout
+    pattern = [(0, True), (0, True), (0, True), (0, True), (1, False), (2, True), (3, None), (4, False)]
+    fleet = []
+    for host in range(hosts):
+        gpus = []
+        for index in range(gpus_per_host):
+            variant, in_layout = pattern[(host + index) % len(pattern)] if host % 10 == 0 else (0, True)
+            gpu = dict(variants[variant], gpu_instances=copy.deepcopy(variants[variant]['gpu_instances']))
+            gpu['index'] = index
+            gpu['uuid'] = 'GPU-%08x-%04x-%04x-%04x-%012x' % (host, index, 0xa100, 0x80, host * 64 + index)
+            gpu['in_layout'] = in_layout
+            for gi in gpu['gpu_instances']:
+                gi['allocated_to'] = ['team-%d/inference-%05d-%d-%d' % (host % 17, host, index, gi['placement']['start'])]
+            gpus.append(gpu)
+        fleet.append({'host': 'gpu-node-%04d.dc1.example.com' % host, 'layout': 'daytime', 'gpus': gpus})
+    return fleet

@@ -87,7 +87,7 @@ def test_a_profile_one_gpu_lacks_fails_before_the_first_gpu_changes(simulated_ho
 def test_counts_that_cannot_fit_fail_before_any_change(simulated_host):
     host = simulated_host([{'model': 'H100-SXM5-80GB'}])
     with pytest.raises(PlanningError) as error:
-        converge(NvmlBackend(), request({'3g.40gb': 3}))
+        converge(NvmlBackend(), request({'1g.20gb': 3, '4g.40gb': 1}))     # 7 compute slices, but 10 memory slices
     assert 'before any change' in str(error.value)
     with pytest.raises(LayoutConfigError):
         converge(NvmlBackend(), request({'5g': 1}))
@@ -130,3 +130,13 @@ def test_the_forecast_says_what_it_cannot_know(simulated_host):
     assert check_without_mig(off, match).startswith('nothing yet: MIG is off')
     # MIG stays off: nothing to check.
     assert check_without_mig(off, dict(match, mig_enabled=False)) is None
+
+
+def test_keys_of_one_plain_profile_add_up_on_the_forecast(simulated_host):
+    host = simulated_host([{'model': 'H100-SXM5-80GB'}])
+    # 1g.19gb is taken as the 1g.20gb (a driver's renaming): together five of them, one more than fits.
+    with pytest.raises(PlanningError):
+        decide(read_host(), request({'1g.20gb': 3, '1g.19gb': 2}))
+    assert decide(read_host(), request({'1g.20gb': 2, '1g.19gb': 2})).gpus[0].deferred
+    assert decide(read_host(), request({'1g.20gb': 'max', '1g.19gb': 1})).gpus[0].deferred
+    assert mutating_calls(host) == []

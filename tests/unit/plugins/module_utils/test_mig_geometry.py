@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import random
 import re
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import mig_fleet_map
-from ansible_collections.gpufleet.mig.plugins.module_utils import _layout_metrics, _mig_geometry
+from ansible_collections.gpufleet.mig.plugins.module_utils import _layout_metrics
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
     concrete_instances,
     choose_entry,
@@ -197,9 +198,9 @@ def test_facts_metrics_map_and_repack_read_the_same_figures(instances, stranded,
     assert metric(text, 'gpufleet_mig_stranded_slices') == stranded
     assert metric(text, 'gpufleet_mig_fragmentation_ratio') == fragmentation
     page = mig_fleet_map([{'host': 'h', 'layout': None, 'gpus': [facts]}])
-    assert 'data-stranded-slices="%d"' % stranded in page and 'data-fragmentation="%s"' % fragmentation in page
+    drawn = json.loads(re.search(r'<script type="application/json" id="fleet-data">(.*?)</script>', page).group(1))
+    assert drawn['h'][0][5][0][8][1:4:2] == [stranded, fragmentation]   # the map's stranded slices and fragmentation
     thresholds = {'fragmentation_above': 0.25, 'stranded_above': 0}
     status = nvidia_mig_repack.plan_repack(gpu, {}, thresholds)[0]
     assert status == ('repacked' if stranded else 'below_threshold')
     assert nvidia_mig_repack.plan_repack(gpu, {}, {'fragmentation_above': fragmentation, 'stranded_above': stranded})[0] == 'below_threshold'
-

@@ -1,0 +1,278 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""The rolling layout change of playbooks/mig_layout.yml, seen from the controller.
+
+Pure Python: no NVML, no Ansible imports.
+
+- :func:`rollout_settings`: ``mig_layout_serial`` and ``mig_layout_max_fail_percentage`` checked
+  before any host is touched, each refused with one line.
+- :func:`batch_sizes`, :func:`progress`: batch k of n, hosts done, failed, failure budget left.
+- :func:`fleet_plan`: one plan of the whole fleet from the hosts' decisions (nvidia_mig_layout
+  with ``apply: false``): per host and GPU before -> after, instances destroyed, pods to evict,
+  hosts refused and why, totals.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+import re
+
+_PERCENT = re.compile(r'\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*\Z')
+_NUMBER = re.compile(r'\s*([0-9]+(?:\.[0-9]+)?)\s*\Z')
+
+
+class RolloutSettingsError(ValueError):
+    """A rollout setting that cannot be used; the message is one line naming the variable."""
+
+
+def _serial_item(value):
+    """One value of mig_layout_serial -> a whole number of hosts (int) or a percentage ('50%'), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 1 else None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and value >= 1 else None
+    if isinstance(value, str):
+        # Ansible reads a percentage with int() (ansible/utils/helpers.py pct_to_int): whole numbers only.
+        percent = re.match(r'\s*([0-9]+)\s*%\s*\Z', value)
+        if percent:
+            number = int(percent.group(1))
+            return '%d%%' % number if 0 < number <= 100 else None
+        whole = re.match(r'\s*([0-9]+)\s*\Z', value)
+        if whole and int(whole.group(1)) >= 1:
+            return int(whole.group(1))
+    return None
+
+
+def _serial(serial):
+    items = serial if isinstance(serial, list) else [serial]
+    checked = [_serial_item(item) for item in items]
+    if not items or any(item is None for item in checked):
+        raise RolloutSettingsError(
+            'mig_layout_serial must be a whole number of hosts per batch (1 or more), a percentage of the play\'s '
+            'hosts from 1%% to 100%% such as 25%%, or a list of them; got %r' % (serial,))
+    return checked if isinstance(serial, list) else checked[0]
+
+
+def _max_fail_percentage(value):
+    """A number from 0 to 100; ``25%`` is read as 25: the variable is a percentage, so its sign adds nothing."""
+    number = None
+    if isinstance(value, bool):
+        number = None
+    elif isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        match = _PERCENT.match(value) or _NUMBER.match(value)
+        number = float(match.group(1)) if match else None
+    if number is None or not 0 <= number <= 100:
+        raise RolloutSettingsError(
+            'mig_layout_max_fail_percentage must be a percentage of the play\'s hosts from 0 to 100 (25 and 25%% are '
+            'the same), got %r' % (value,))
+    return int(number) if number.is_integer() else number
+
+
+def rollout_settings(serial=1, max_fail_percentage=0):
+    """{'serial', 'max_fail_percentage'} checked; raises RolloutSettingsError (one line) on the first bad one.
+
+    ``serial`` is what Ansible's ``serial`` takes: a whole number >= 1, a percentage (``'50%'``) or a
+    list of them; 0, negative numbers and text are refused (Ansible would read 0 as "all hosts").
+    ``max_fail_percentage`` is a number from 0 to 100; ``'25%'`` is accepted as 25.
+    """
+    return {'serial': _serial(serial), 'max_fail_percentage': _max_fail_percentage(max_fail_percentage)}
+
+
+def _batch_size(item, host_count):
+    if isinstance(item, str):
+        return int(int(item[:-1]) / 100.0 * host_count) or 1
+    return item
+
+
+def batch_sizes(serial, host_count):
+    """The batch sizes Ansible cuts ``host_count`` hosts into for ``serial`` (ansible/executor/playbook_executor.py
+    ``_get_serialized_batches``: a percentage is int(hosts * percent / 100), at least 1; the last value of a list
+    repeats)."""
+    items = serial if isinstance(serial, list) else [serial]
+    sizes = []
+    left = host_count
+    position = 0
+    while left > 0:
+        size = min(_batch_size(items[min(position, len(items) - 1)], host_count), left)
+        sizes.append(size)
+        left -= size
+        position += 1
+    return sizes
+
+
+def allowed_failures(budget, host_count):
+    """How many hosts may fail before the rollout stops: failures * 100 <= budget * hosts."""
+    return int(math.floor(float(budget) * host_count / 100.0 + 1e-9))
+
+
+def progress(hosts, batch_hosts, settings, failed, check_mode=False):
+    """One line and its figures after a batch: batch k of n, hosts done, failed, failure budget left.
+
+    ``hosts``: the play's hosts in order; ``batch_hosts``: those of the batch that just ran;
+    ``failed``: the hosts failed or unreachable so far. In check mode the budget stops nothing.
+    """
+    sizes = batch_sizes(settings['serial'], len(hosts))
+    done = hosts.index(batch_hosts[0]) + len(batch_hosts) if batch_hosts else 0
+    batch = 0
+    reached = 0
+    while batch < len(sizes) and reached < done:
+        reached += sizes[batch]
+        batch += 1
+    allowed = allowed_failures(settings['max_fail_percentage'], len(hosts))
+    left = allowed - len(failed)
+    figures = {'batch': batch, 'batches': len(sizes), 'hosts': len(hosts), 'done': done, 'failed': len(failed),
+               'budget_left': max(left, 0), 'over_budget': left < 0}
+    line = 'batch %d of %d: %d of %d host(s) done, %d failed%s; failure budget %s' % (
+        batch, len(sizes), done, len(hosts), len(failed), ' (%s)' % ', '.join(sorted(failed)) if failed else '',
+        'spent (check mode: a real run would stop here)' if left < 0 and check_mode and done < len(hosts)
+        else 'spent: the rollout stops here' if left < 0 and done < len(hosts) else 'spent' if left < 0
+        else 'left: %d more host(s) may fail (mig_layout_max_fail_percentage=%s)' % (left, settings['max_fail_percentage']))
+    figures['line'] = line
+    return figures
+
+
+# ---- the fleet plan ------------------------------------------------------------------------------
+
+def instances_text(instances):
+    """GPU instances as ``7x1g.10gb`` or ``1x3g.40gb + 2x1g.10gb`` (largest first), ``no instances`` for none."""
+    counts = {}
+    for instance in instances or []:
+        counts[instance['profile']] = counts.get(instance['profile'], 0) + 1
+    if not counts:
+        return 'no instances'
+    return ' + '.join('%dx%s' % (counts[name], name) for name in sorted(
+        counts, key=lambda name: (-_slices(name), name)))
+
+
+def _slices(name):
+    match = re.match(r'(?:[0-9]+c\.)?([0-9]+)g', name)
+    return int(match.group(1)) if match else 0
+
+
+def _mode_text(mode):
+    current = (mode or {}).get('current')
+    pending = (mode or {}).get('pending')
+    if pending and pending != current:
+        return 'MIG %s (%s pending)' % (current, pending)
+    return 'MIG %s' % current
+
+
+def _gpu_plan(gpu):
+    """One GPU of a decision -> its plan: before and after (text), destroyed and created counts, pods."""
+    mode = gpu.get('mode') or {}
+    before_mode, after_mode = mode.get('before') or {}, mode.get('after') or {}
+    before = instances_text(gpu.get('before'))
+    if gpu.get('deferred') or gpu.get('after') is None:
+        after = '%s, instances %s once MIG is on' % (
+            _mode_text(after_mode), ', '.join('%s: %s' % (k, v) for k, v in sorted((gpu.get('mig_devices') or {}).items()))
+            or 'none')
+    else:
+        after = instances_text(gpu.get('after'))
+    if before_mode.get('current') != 'enabled':
+        before = _mode_text(before_mode)
+    if after_mode and after_mode.get('current') != 'enabled' and not gpu.get('deferred'):
+        after = _mode_text(after_mode)
+    kept_ids = set(i.get('id') for i in gpu.get('after') or [] if i.get('id') is not None)
+    created = len([i for i in gpu.get('after') or [] if i.get('id') is None])
+    destroyed = list(gpu.get('destroyed_instances') or [])
+    return {
+        'index': gpu.get('index'),
+        'name': gpu.get('name'),
+        'in_layout': bool(gpu.get('in_layout')),
+        'before': before,
+        'after': after,
+        'instances_destroyed': len(destroyed),
+        'instances_created': created,
+        'instances_kept': len(kept_ids),
+        'destroyed': ['%s at slice %s' % (i.get('profile'), (i.get('placement') or {}).get('start')) for i in destroyed],
+        'pods_to_evict': sorted(gpu.get('pods_to_evict') or []),
+        'reboot_required': bool(gpu.get('reboot_required')),
+    }
+
+
+def _host_plan(record):
+    decision = record.get('decision') or {}
+    host = {'host': record['host'], 'gpus': [], 'pods_to_evict': [], 'unmatched_gpus': [], 'reason': None}
+    if record.get('error'):
+        host.update(status='refused' if record.get('started') else 'not reached', reason=record['error'])
+        return host
+    if not record.get('started') or not decision:
+        host.update(status='not reached', reason=record.get('error'))
+        return host
+    host['gpus'] = [_gpu_plan(gpu) for gpu in decision.get('gpus') or []]
+    host['pods_to_evict'] = sorted(decision.get('pods_to_evict') or [])
+    host['unmatched_gpus'] = ['GPU %s: %s' % (g.get('index'), g.get('reason')) for g in decision.get('unmatched_gpus') or []]
+    host['status'] = 'in layout' if decision.get('in_layout') else 'change'
+    host['kubernetes_node'] = record.get('kubernetes_node') or None
+    return host
+
+
+def _line(host, gpu):
+    text = '%s GPU %s: %s -> %s' % (host['host'], gpu['index'], gpu['before'], gpu['after'])
+    if gpu['in_layout']:
+        return text + ' (in layout)'
+    details = []
+    if gpu['instances_destroyed']:
+        details.append('%d instance(s) destroyed' % gpu['instances_destroyed'])
+    if gpu['instances_kept']:
+        details.append('%d kept' % gpu['instances_kept'])
+    if gpu['pods_to_evict']:
+        details.append('pods to evict: %s' % ', '.join(gpu['pods_to_evict']))
+    if gpu['reboot_required']:
+        details.append('needs a reboot')
+    return text + (' (%s)' % ', '.join(details) if details else '')
+
+
+def fleet_plan(records, layout, check_mode=False):
+    """The plan of the whole fleet from each host's record, in the play's order.
+
+    ``records``: [{'host', 'started' (its batch reached it), 'decision' (nvidia_mig_layout's result with
+    ``apply: false``, or None), 'error' (why the host was refused, failed or not reached, or None),
+    'kubernetes_node'}]. Returns {'layout', 'check_mode', 'hosts': [...], 'refused': {host: reason},
+    'not_reached': [hosts], 'totals': {...}, 'lines': [one line per GPU that changes, per refused host, and the
+    totals]}.
+    """
+    hosts = [_host_plan(record) for record in records]
+    refused = dict((h['host'], h['reason']) for h in hosts if h['status'] == 'refused')
+    not_reached = [h['host'] for h in hosts if h['status'] == 'not reached']
+    changing = [h for h in hosts if h['status'] == 'change']
+    gpus = [(h, g) for h in changing for g in h['gpus'] if not g['in_layout']]
+    pods = sorted(set(p for h in changing for p in h['pods_to_evict']))
+    totals = {
+        'hosts': len(hosts),
+        'hosts_evaluated': len([h for h in hosts if h['status'] != 'not reached']),
+        'hosts_to_change': len(changing),
+        'hosts_in_layout': len([h for h in hosts if h['status'] == 'in layout']),
+        'hosts_refused': len(refused),
+        'hosts_not_reached': len(not_reached),
+        'gpus_to_change': len(gpus),
+        'instances_destroyed': sum(g['instances_destroyed'] for dummy, g in gpus),
+        'instances_created': sum(g['instances_created'] for dummy, g in gpus),
+        'pods_to_evict': len(pods),
+    }
+    lines = [_line(h, g) for h, g in gpus]
+    for h in changing:
+        if h['pods_to_evict']:
+            lines.append('%s: pods to evict%s: %s' % (h['host'], ' from node %s' % h['kubernetes_node']
+                                                      if h.get('kubernetes_node') else '', ', '.join(h['pods_to_evict'])))
+    lines.extend('%s: refused: %s' % (host, reason) for host, reason in sorted(refused.items()))
+    lines.extend('%s: not reached%s' % (h['host'], ': %s' % h['reason'] if h['reason'] else '')
+                 for h in hosts if h['status'] == 'not reached')
+    lines.append('%s %s: %d of %d host(s) evaluated, %d to change, %d in layout, %d refused, %d not reached; '
+                 '%d GPU(s) to change, %d instance(s) destroyed, %d created, %d pod(s) to evict' % (
+                     'plan of layout' if check_mode else 'layout', layout, totals['hosts_evaluated'], totals['hosts'],
+                     totals['hosts_to_change'], totals['hosts_in_layout'], totals['hosts_refused'],
+                     totals['hosts_not_reached'], totals['gpus_to_change'], totals['instances_destroyed'],
+                     totals['instances_created'], totals['pods_to_evict']))
+    return {'layout': layout, 'check_mode': bool(check_mode), 'hosts': hosts, 'refused': refused,
+            'not_reached': not_reached, 'totals': totals, 'lines': lines}

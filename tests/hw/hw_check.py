@@ -1,0 +1,396 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The hardware check: the first thing to run on a machine with real NVIDIA GPUs (docs/hardware.md).
+
+Read-only: no MIG mode change, no instance created or destroyed, no reset. It
+
+1. reads every GPU through NVML (nvidia-ml-py) with read calls only: identity, memory, MIG mode, every GPU
+   instance profile (ids, names, memory, slices, SMs, counts, placements), the placements NVML answers
+   with MIG off and what the profile calls answer then, the GPU and compute instances that exist and
+   their compute instance profiles;
+2. runs the collection's modules on localhost: nvidia_mig_facts, then nvidia_mig_mode and nvidia_mig_instance
+   in check mode on every GPU, and nvidia_mig_layout (the shipped catalog's all-balanced) in check mode on the
+   host, which checks the GPUs whose MIG is off against what NVML tells before any change;
+3. compares what NVML answered with the NVML simulator's table of that model (simulator/gpufleet_nvml_sim,
+   found by PCI device id) and prints every difference as a table.
+
+Everything it read is saved under build/hw-check/ (nvml.json, modules.json, differences.json).
+
+Exit status: 0 when NVML and the simulator's tables agree and every module ran; 1 when they differ or a
+module failed; 2 when it cannot run (no NVIDIA library: one line says so).
+
+    python tests/hw/hw_check.py [--out DIR] [--nvml-library PATH] [--skip-modules] [--simulated]
+
+``--simulated`` lets GPUFLEET_MIG_SIMULATOR stand in for the library (the tests check the script that
+way); without it a set GPUFLEET_MIG_SIMULATOR is refused, so that real hardware is never compared with
+the simulator itself.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+for _path in (os.path.join(REPO, 'build', 'collections'), os.path.join(REPO, 'simulator'), REPO):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
+MAX_PROFILE_ID = 96         # as the NVML backend asks with MIG off (_nvml_backend._PROFILE_IDS_WITHOUT_MIG)
+MAX_ITEMS = 32
+CATALOG = os.path.join(REPO, 'roles', 'mig_layout', 'files', 'catalog.yml')
+# The layout the layout module plans (check mode) on every GPU: the shipped catalog's balanced one.
+LAYOUT = 'all-balanced'
+
+
+class CannotRun(Exception):
+    """The check cannot run here; the message is the one line it prints."""
+
+
+# ---- 1. NVML, read calls only ------------------------------------------------------------------
+
+def _error_name(pynvml, exc):
+    value = getattr(exc, 'value', None)
+    for name in dir(pynvml):
+        if name.startswith('NVML_ERROR_') and getattr(pynvml, name) == value:
+            return name
+    return 'NVML error %s' % value
+
+
+def _text(value):
+    return value.decode('utf-8', 'replace') if isinstance(value, bytes) else value
+
+
+def _answer(pynvml, function, *args):
+    """{'value': ...} or {'error': 'NVML_ERROR_...'}: a refused read is an answer too."""
+    try:
+        return {'value': function(*args)}
+    except pynvml.NVMLError as exc:
+        return {'error': _error_name(pynvml, exc)}
+
+
+def _placements(pynvml, function, struct, handle, profile_id):
+    array = (struct * MAX_ITEMS)()
+    count = ctypes.c_uint(MAX_ITEMS)
+    try:
+        function(handle, profile_id, array, ctypes.byref(count))
+    except pynvml.NVMLError as exc:
+        return {'error': _error_name(pynvml, exc)}
+    return {'value': [[array[i].start, array[i].size] for i in range(count.value)]}
+
+
+def _gi_profile(info):
+    return {'id': info.id, 'name': _text(info.name), 'compute_slices': info.sliceCount, 'memory_mib': info.memorySizeMB,
+            'multiprocessors': info.multiprocessorCount, 'max_count': info.instanceCount,
+            'copy_engines': info.copyEngineCount, 'decoders': info.decoderCount, 'encoders': info.encoderCount,
+            'jpegs': info.jpegCount, 'ofas': info.ofaCount}
+
+
+def read_gpu(pynvml, index):
+    """Every answer of one GPU, as plain data (the raw answers the comparison reads)."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    pci = pynvml.nvmlDeviceGetPciInfo(handle)
+    gpu = {
+        'index': index,
+        'name': _text(pynvml.nvmlDeviceGetName(handle)),
+        'uuid': _text(pynvml.nvmlDeviceGetUUID(handle)),
+        'pci_device_id': pci.pciDeviceId,
+        'pci_subsystem_id': pci.pciSubSystemId,
+        'architecture': _answer(pynvml, pynvml.nvmlDeviceGetArchitecture, handle),
+        'memory_total_mib': pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024),
+        'mig_mode': _answer(pynvml, pynvml.nvmlDeviceGetMigMode, handle),
+        'max_mig_device_count': _answer(pynvml, pynvml.nvmlDeviceGetMaxMigDeviceCount, handle),
+    }
+    if 'error' in gpu['mig_mode']:
+        return gpu
+    profiles = {}
+    for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        answer = _answer(pynvml, pynvml.nvmlDeviceGetGpuInstanceProfileInfo, handle, enum)
+        profiles[str(enum)] = _gi_profile(answer['value']) if 'value' in answer else answer
+    gpu['profile_info_by_enum'] = profiles
+    placements = {}
+    for profile_id in range(MAX_PROFILE_ID):
+        answer = _placements(pynvml, pynvml.nvmlDeviceGetGpuInstancePossiblePlacements, pynvml.c_nvmlGpuInstancePlacement_t,
+                             handle, profile_id)
+        if 'value' in answer:
+            placements[str(profile_id)] = answer['value']
+    gpu['placements_by_id'] = placements
+    gpu['gpu_instances'] = _gpu_instances(pynvml, handle, profiles)
+    return gpu
+
+
+def _gpu_instances(pynvml, handle, profiles):
+    found = []
+    for profile in profiles.values():
+        if 'id' not in profile:
+            continue
+        array = (pynvml.c_nvmlGpuInstance_t * MAX_ITEMS)()
+        count = ctypes.c_uint(0)
+        try:
+            pynvml.nvmlDeviceGetGpuInstances(handle, profile['id'], array, ctypes.byref(count))
+        except pynvml.NVMLError:
+            continue
+        for position in range(count.value):
+            info = pynvml.nvmlGpuInstanceGetInfo(array[position])
+            compute = {}
+            for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+                answer = _answer(pynvml, pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, array[position], enum,
+                                 pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+                if 'value' not in answer:
+                    compute[str(enum)] = answer
+                    continue
+                ci = answer['value']
+                compute[str(enum)] = {
+                    'id': ci.id, 'name': _text(ci.name), 'compute_slices': ci.sliceCount, 'max_count': ci.instanceCount,
+                    'placements': _placements(pynvml, pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements,
+                                              pynvml.c_nvmlComputeInstancePlacement_t, array[position], ci.id)}
+            found.append({'id': info.id, 'profile_id': info.profileId, 'profile': profile['name'],
+                          'placement': [info.placement.start, info.placement.size], 'compute_profiles': compute})
+    return sorted(found, key=lambda gi: gi['placement'])
+
+
+def open_nvml(library, simulated):
+    """pynvml, initialised. CannotRun (one line) where NVIDIA's library or nvidia-ml-py is missing."""
+    if os.environ.get(SIMULATOR_ENV) and not simulated:
+        raise CannotRun('%s is set: unset it to check the real GPUs (--simulated checks the simulator, for the tests)'
+                        % SIMULATOR_ENV)
+    try:
+        import pynvml
+    except ImportError:
+        raise CannotRun('nvidia-ml-py is not installed for %s: pip install nvidia-ml-py' % sys.executable)
+    if simulated:
+        from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import load_simulator
+        load_simulator(os.environ[SIMULATOR_ENV]).install(pynvml, os.environ[SIMULATOR_ENV])
+    elif library:
+        try:
+            pynvml.nvmlLib = ctypes.CDLL(library)
+        except OSError as exc:
+            raise CannotRun("NVIDIA's library %s cannot be loaded (%s): this machine has no NVIDIA driver" % (library, exc))
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise CannotRun("NVIDIA's library libnvidia-ml.so.1 cannot be used: %s (%s): this machine has no NVIDIA driver "
+                        'loaded' % (_error_name(pynvml, exc), exc))
+    return pynvml
+
+
+def read_nvml(pynvml):
+    return {
+        'driver_version': _text(pynvml.nvmlSystemGetDriverVersion()),
+        'nvml_version': _text(pynvml.nvmlSystemGetNVMLVersion()),
+        'gpus': [read_gpu(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())],
+    }
+
+
+# ---- 3. the comparison with the simulator's tables (pure) -----------------------------------------
+
+def find_model(models, gpu):
+    """(key, table) of the simulated model with this PCI device id (the name decides between several); (None, None)."""
+    keys = sorted(key for key, model in models.items() if gpu['pci_device_id'] in model.get('pci_device_ids', ()))
+    named = [key for key in keys if models[key].get('nvml_name') == gpu['name']]
+    key = (named or keys or [None])[0]
+    return key, models.get(key)
+
+
+def _starts(placements):
+    return sorted(start for start, dummy in placements)
+
+
+def _sizes(placements):
+    return sorted(set(size for dummy, size in placements))
+
+
+def compare_gpu(gpu, key, model):
+    """Every difference between NVML's answers for one GPU and the simulator's table: [(item, nvml, simulator)]."""
+    if model is None:
+        return [('model', '%s (0x%08X)' % (gpu['name'], gpu['pci_device_id']), 'no simulated model has this PCI device id')]
+    rows = []
+
+    def differ(item, real, table):
+        if real != table:
+            rows.append((item, real, table))
+
+    differ('name', gpu['name'], model['nvml_name'])
+    differ('memory_total_mib', gpu['memory_total_mib'], model['memory_total_mib'])
+    differ('architecture', gpu['architecture'].get('value', gpu['architecture'].get('error')), model['architecture'])
+    if not model.get('mig_capable', True) or 'error' in gpu['mig_mode']:
+        differ('MIG capable', 'error' not in gpu['mig_mode'], bool(model.get('mig_capable', True)))
+        return rows
+    table = dict((profile['id'], profile) for profile in model['profiles'])
+    placements = dict((int(profile_id), value) for profile_id, value in gpu['placements_by_id'].items())
+    differ('profile ids with placements', sorted(placements), sorted(table))
+    for profile_id in sorted(set(placements) & set(table)):
+        differ('profile %d placements: starts' % profile_id, _starts(placements[profile_id]), sorted(table[profile_id]['starts']))
+        differ('profile %d placements: size' % profile_id, _sizes(placements[profile_id]), [table[profile_id]['memory_slices']])
+    mig_on = gpu['mig_mode']['value'][0] == 1
+    by_enum = dict((int(enum), answer) for enum, answer in gpu['profile_info_by_enum'].items())
+    if not mig_on:
+        # nvml.h: with MIG off every profile info call answers NOT_SUPPORTED (what the simulator does).
+        answers = sorted(set(answer.get('error', 'SUCCESS') for answer in by_enum.values()))
+        differ('profile info answers with MIG off', answers, ['NVML_ERROR_NOT_SUPPORTED'])
+        return rows
+    table_by_enum = dict((profile['enum'], profile) for profile in model['profiles'])
+    offered = dict((enum, answer) for enum, answer in by_enum.items() if 'id' in answer)
+    differ('profile enums offered', sorted(offered), sorted(table_by_enum))
+    for enum in sorted(set(offered) & set(table_by_enum)):
+        real, simulated = offered[enum], table_by_enum[enum]
+        name = simulated['name']
+        differ('%s: id' % name, real['id'], simulated['id'])
+        differ('%s: name' % name, real['name'], 'MIG ' + simulated['name'])
+        for field in ('compute_slices', 'memory_mib', 'multiprocessors', 'max_count', 'copy_engines', 'decoders', 'encoders',
+                      'jpegs', 'ofas'):
+            if field in simulated:
+                differ('%s: %s' % (name, field), real[field], simulated[field])
+    enum_of_id = dict((answer['id'], enum) for enum, answer in offered.items())
+    for gi in gpu.get('gpu_instances') or []:
+        # The table's profile of the same enum (its id may be one of the differences).
+        simulated = table_by_enum.get(enum_of_id.get(gi['profile_id']))
+        if simulated is None:
+            continue
+        real_ci = dict((answer['compute_slices'], answer) for answer in gi['compute_profiles'].values() if 'id' in answer)
+        table_ci = simulated.get('compute_placements') or {}
+        differ('%s: compute instance sizes' % simulated['name'], sorted(real_ci), sorted(table_ci))
+        for slices in sorted(set(real_ci) & set(table_ci)):
+            real_starts = sorted(start for start, dummy in real_ci[slices]['placements'].get('value', []))
+            differ('%s: %dc starts' % (simulated['name'], slices), real_starts, sorted(table_ci[slices]))
+    return rows
+
+
+def compare(nvml, models, model_for=None):
+    """[{gpu, model, item, nvml, simulator}] over every GPU. ``model_for(key, driver_version)``: the table as that
+    driver reports it (the simulator's driver-branch variants), else the plain table."""
+    found = []
+    for gpu in nvml['gpus']:
+        key, model = find_model(models, gpu)
+        if model is not None and model_for is not None:
+            model = model_for(key, nvml['driver_version'])
+        for item, real, simulated in compare_gpu(gpu, key, model):
+            found.append({'gpu': gpu['index'], 'model': key, 'item': item, 'nvml': real, 'simulator': simulated})
+    return found
+
+
+def table(rows, columns):
+    """Rows of dicts as an aligned text table."""
+    cells = [[str(column) for column in columns]] + [[_cell(row[column]) for column in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    lines = ['  '.join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
+    lines.insert(1, '  '.join('-' * width for width in widths))
+    return '\n'.join(lines)
+
+
+def _cell(value):
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# ---- 2. the modules, on localhost ------------------------------------------------------------------
+
+def module_playbook(nvml, host_dir):
+    """Facts, then mode, instance and layout in check mode on every GPU."""
+    import yaml
+    with open(CATALOG) as handle:
+        catalog = yaml.safe_load(handle)
+    tasks = [{'name': 'facts', 'gpufleet.mig.nvidia_mig_facts': {'pod_resources': 'off'}}]
+    layout_paths = {'config_dir': os.path.join(host_dir, 'etc'), 'lib_dir': os.path.join(host_dir, 'lib'),
+                    'bin_dir': os.path.join(host_dir, 'bin'), 'systemd_dir': os.path.join(host_dir, 'systemd'), 'systemd': False}
+    for gpu in nvml['gpus']:
+        if 'error' in gpu['mig_mode']:
+            continue
+        index = str(gpu['index'])
+        instances = {}
+        for gi in gpu.get('gpu_instances') or []:
+            name = gi['profile'].replace('MIG ', '')
+            instances[name] = instances.get(name, 0) + 1
+        tasks.extend([
+            {'name': 'mode GPU %s' % index, 'check_mode': True, 'ignore_errors': True,
+             'gpufleet.mig.nvidia_mig_mode': {'gpus': [index], 'state': 'enabled', 'pod_resources': 'off'}},
+            {'name': 'instance GPU %s' % index, 'check_mode': True, 'ignore_errors': True,
+             'gpufleet.mig.nvidia_mig_instance': {'gpus': [index], 'instances': instances, 'pod_resources': 'off'}},
+        ])
+    # The layout module plans every GPU of the host in one call.
+    tasks.append({'name': 'layout', 'check_mode': True, 'ignore_errors': True,
+                  'gpufleet.mig.nvidia_mig_layout': dict(layout_paths, name=LAYOUT, config=catalog, pod_resources='off')})
+    return [{'name': 'gpufleet.mig hardware check (read-only)', 'hosts': 'localhost', 'connection': 'local', 'gather_facts': False,
+             'vars': {'ansible_python_interpreter': sys.executable}, 'tasks': tasks}]
+
+
+def run_modules(nvml, out, simulated):
+    from tests.support.playbook import COLLECTIONS, run_playbook
+    import yaml
+    path = os.path.join(out, 'modules.yml')
+    with open(path, 'w') as handle:
+        yaml.safe_dump(module_playbook(nvml, os.path.join(out, 'host')), handle, default_flow_style=False, sort_keys=False)
+    envvars = {'ANSIBLE_COLLECTIONS_PATH': COLLECTIONS, 'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg')}
+    if simulated:
+        envvars.update({SIMULATOR_ENV: os.environ[SIMULATOR_ENV], 'PYTHONPATH': os.path.join(REPO, 'simulator')})
+    run = run_playbook(path, inventory='localhost,', envvars=envvars, project_dir=REPO, timeout=240)
+    results = {}
+    rows = []
+    tasks = ['facts'] + ['%s GPU %d' % (kind, gpu['index']) for gpu in nvml['gpus'] if 'error' not in gpu['mig_mode']
+                         for kind in ('mode', 'instance')] + ['layout']
+    for task in tasks:
+        result = run.task_results(task).get('localhost', {'failed': True, 'msg': 'did not run: %s' % run.describe()})
+        results[task] = result
+        rows.append({'module run': task, 'result': 'failed' if result.get('failed') else 'ok',
+                     'changed (check mode)': bool(result.get('changed')), 'message': (result.get('msg') or '')[:160]})
+    return results, rows
+
+
+# ---- main ------------------------------------------------------------------------------------------
+
+def main(argv=None, models=None, model_for=None):
+    parser = argparse.ArgumentParser(description='Read-only hardware check of gpufleet.mig against real NVML (docs/hardware.md).')
+    parser.add_argument('--out', default=os.path.join(REPO, 'build', 'hw-check'), help='folder for the raw answers')
+    parser.add_argument('--nvml-library', default='', help="path of NVIDIA's library (default: libnvidia-ml.so.1 as pynvml finds it)")
+    parser.add_argument('--skip-modules', action='store_true', help='NVML and the comparison only')
+    parser.add_argument('--simulated', action='store_true', help='let GPUFLEET_MIG_SIMULATOR stand in for the library (tests)')
+    args = parser.parse_args(argv)
+    started = time.time()
+    try:
+        pynvml = open_nvml(args.nvml_library, args.simulated)
+    except CannotRun as exc:
+        print('hw-check: %s' % exc)
+        return 2
+    try:
+        nvml = read_nvml(pynvml)
+    finally:
+        pynvml.nvmlShutdown()
+    if models is None:
+        from gpufleet_nvml_sim import models as simulator_models
+        models = simulator_models.MODELS
+        model_for = getattr(simulator_models, 'for_driver', None)
+    if not os.path.isdir(args.out):
+        os.makedirs(args.out)
+    with open(os.path.join(args.out, 'nvml.json'), 'w') as handle:
+        json.dump(nvml, handle, indent=1, sort_keys=True)
+    print('hw-check: driver %s, NVML %s, %d GPU(s)%s; raw answers in %s' % (
+        nvml['driver_version'], nvml['nvml_version'], len(nvml['gpus']), ' (simulated)' if args.simulated else '', args.out))
+    failed_modules = []
+    if not args.skip_modules:
+        results, rows = run_modules(nvml, args.out, args.simulated)
+        with open(os.path.join(args.out, 'modules.json'), 'w') as handle:
+            json.dump(results, handle, indent=1, sort_keys=True)
+        print(table(rows, ['module run', 'result', 'changed (check mode)', 'message']))
+        failed_modules = [row['module run'] for row in rows if row['result'] == 'failed']
+    differences = compare(nvml, models, model_for)
+    with open(os.path.join(args.out, 'differences.json'), 'w') as handle:
+        json.dump(differences, handle, indent=1, sort_keys=True)
+    if differences:
+        print('hw-check: %d difference(s) between NVML and the simulator\'s tables:' % len(differences))
+        print(table(differences, ['gpu', 'model', 'item', 'nvml', 'simulator']))
+    else:
+        print('hw-check: NVML and the simulator\'s tables agree')
+    print('hw-check: %.1f s' % (time.time() - started))
+    return 1 if differences or failed_modules else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

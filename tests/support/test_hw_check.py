@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The hardware check (tests/hw/hw_check.py), with the NVML simulator posing as NVIDIA's library.
+
+Its answers are read through the real pynvml wrappers from the simulator, and compared with the simulator's
+tables: equal tables give no difference, a deliberately altered table gives exactly its differences. The
+whole check (modules included) makes no mutating NVML call.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
+from tests.hw import hw_check
+
+from .playbook import REPO, ansible_environment
+
+sys.path.insert(0, os.path.join(REPO, 'simulator'))
+import gpufleet_nvml_sim as simulator  # noqa: E402
+
+SCRIPT = os.path.join(REPO, 'tests', 'hw', 'hw_check.py')
+ENABLED = {'current': 'enabled', 'pending': 'enabled'}
+THREE_G = {'profile': '3g.40gb', 'start': 4, 'compute_instances': [{'profile': '1c.3g.40gb', 'start': 0}]}
+
+
+class Host(object):
+    def __init__(self, path):
+        self.path = path
+
+    def calls(self):
+        if not os.path.exists(self.path + '.calls.jsonl'):
+            return []
+        with open(self.path + '.calls.jsonl') as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """A100-80GB with MIG off, H100 with MIG on and one 3g instance (a 1c compute instance in it), an L40S."""
+    path = str(tmp_path / 'gpus.json')
+    with open(path, 'w') as handle:
+        json.dump({'driver_version': '580.95.05', 'faults': [], 'gpus': [
+            {'model': 'A100-SXM4-80GB'}, {'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED), 'gpu_instances': [THREE_G]},
+            {'model': 'L40S'}]}, handle)
+    monkeypatch.setenv(hw_check.SIMULATOR_ENV, path)
+    return Host(path)
+
+
+def read_answers():
+    pynvml = hw_check.open_nvml('', simulated=True)
+    try:
+        return hw_check.read_nvml(pynvml)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_nvml_answers_agree_with_the_simulators_own_tables(host):
+    nvml = read_answers()
+    a100, h100, l40s = nvml['gpus']
+    # With MIG off: placements answer, profile infos do not (nvml.h).
+    assert a100['placements_by_id']['9'] == [[0, 4], [4, 4]]
+    assert set(answer.get('error') for answer in a100['profile_info_by_enum'].values()) == {'NVML_ERROR_NOT_SUPPORTED'}
+    assert 'gpu_instances' in h100 and h100['gpu_instances'][0]['profile'] == 'MIG 3g.40gb'
+    assert l40s['mig_mode'] == {'error': 'NVML_ERROR_NOT_SUPPORTED'}
+    assert hw_check.compare(nvml, simulator.MODELS) == []
+    assert mutating_calls(host) == []
+
+
+def altered(models, key, change):
+    models = dict(models)
+    models[key] = copy.deepcopy(models[key])
+    change(models[key])
+    return models
+
+
+def test_every_difference_from_an_altered_table_is_found(host):
+    nvml = read_answers()
+
+    def a100(model):
+        model['nvml_name'] = 'NVIDIA A100 80GB (table)'
+        one_g = [p for p in model['profiles'] if p['name'] == '1g.10gb'][0]
+        one_g['starts'] = tuple(one_g['starts'][:-1])
+
+    def h100(model):
+        three_g = [p for p in model['profiles'] if p['name'] == '3g.40gb'][0]
+        three_g['memory_mib'] += 1
+        three_g['id'] = 8
+        three_g['compute_placements'][1] = (0, 1)
+        model['profiles'] = [p for p in model['profiles'] if p['name'] != '7g.80gb']
+
+    models = altered(altered(simulator.MODELS, 'A100-SXM4-80GB', a100), 'H100-SXM5-80GB', h100)
+    found = [(row['gpu'], row['item'], row['nvml'], row['simulator']) for row in hw_check.compare(nvml, models)]
+    assert (0, 'name', 'NVIDIA A100-SXM4-80GB', 'NVIDIA A100 80GB (table)') in found
+    assert (0, 'profile 19 placements: starts', [0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5]) in found
+    assert (1, '3g.40gb: memory_mib', 40448, 40449) in found
+    assert (1, '3g.40gb: id', 9, 8) in found
+    assert (1, '3g.40gb: 1c starts', [0, 1, 2], [0, 1]) in found
+    assert (1, 'profile enums offered', sorted(p['enum'] for p in simulator.MODELS['H100-SXM5-80GB']['profiles']),
+            sorted(p['enum'] for p in simulator.MODELS['H100-SXM5-80GB']['profiles'] if p['name'] != '7g.80gb')) in found
+    assert [row for row in found if row[1] == 'profile ids with placements']
+    assert len(found) == 7, found
+    # NVML answering a profile with MIG off, or a placement size unlike the table's, is a difference.
+    answered = copy.deepcopy(nvml)
+    answered['gpus'][0]['profile_info_by_enum']['0'] = {'id': 19, 'name': 'MIG 1g.10gb'}
+    answered['gpus'][0]['placements_by_id']['0'] = [[0, 7]]
+    found = [(row['gpu'], row['item'], row['nvml'], row['simulator']) for row in hw_check.compare(answered, simulator.MODELS)]
+    assert found == [(0, 'profile 0 placements: size', [7], [8]),
+                     (0, 'profile info answers with MIG off', ['NVML_ERROR_NOT_SUPPORTED', 'SUCCESS'], ['NVML_ERROR_NOT_SUPPORTED'])]
+    # A GPU no simulated model describes is a difference too.
+    unknown = dict(nvml, gpus=[dict(nvml['gpus'][0], pci_device_id=0x12345678)])
+    assert [row['item'] for row in hw_check.compare(unknown, simulator.MODELS)] == ['model']
+
+
+def test_the_whole_check_prints_the_differences_and_changes_nothing(host, tmp_path, capsys, monkeypatch):
+    for name, value in ansible_environment().items():
+        if name.startswith('ANSIBLE_') or name == 'PATH':
+            monkeypatch.setenv(name, value)
+
+    def renamed(model):
+        model['memory_total_mib'] += 1
+
+    models = altered(simulator.MODELS, 'H100-SXM5-80GB', renamed)
+    out = str(tmp_path / 'out')
+    assert hw_check.main(['--simulated', '--out', out], models=models) == 1
+    printed = capsys.readouterr().out
+    assert '1 difference(s)' in printed and 'memory_total_mib' in printed and '81560' in printed
+    lines = printed.splitlines()
+    header = [line for line in lines if line.startswith('gpu ')][0]
+    assert header.split() == ['gpu', 'model', 'item', 'nvml', 'simulator']
+    for task in ('facts', 'mode GPU 0', 'instance GPU 1', 'layout'):
+        assert [line for line in lines if line.startswith(task + ' ') and ' ok ' in line], printed
+    assert 'mode GPU 2' not in printed      # the L40S has no MIG
+    for name in ('nvml.json', 'modules.json', 'differences.json'):
+        assert os.path.getsize(os.path.join(out, name)) > 0
+    with open(os.path.join(out, 'modules.json')) as handle:
+        modules = json.load(handle)
+    assert modules['mode GPU 0']['changed'] and modules['layout']['changed']     # check mode: would change
+    assert 'forecast' in modules['layout']['gpus'][0]['checked_with']
+    # Read-only: no NVML mutation, no reset, no file on the host's paths.
+    assert mutating_calls(host) == []
+    assert not os.path.exists(os.path.join(out, 'host', 'etc', 'layout.json'))
+
+
+def test_no_library_is_one_line_and_fails(tmp_path):
+    env = dict(os.environ)
+    env.pop(hw_check.SIMULATOR_ENV, None)
+    done = subprocess.run([sys.executable, SCRIPT, '--nvml-library', str(tmp_path / 'libnvidia-ml.so.1'), '--out', str(tmp_path)],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+    assert done.returncode == 2
+    assert len(done.stdout.splitlines()) == 1 and "NVIDIA's library" in done.stdout, done.stdout
+
+
+def test_the_simulator_is_not_taken_for_real_gpus(host, capsys):
+    assert hw_check.main(['--skip-modules']) == 2
+    assert capsys.readouterr().out.startswith('hw-check: GPUFLEET_MIG_SIMULATOR is set')
+    assert mutating_calls(host) == []

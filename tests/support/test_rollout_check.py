@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""playbooks/mig_layout.yml on a temporary simulated fleet: --check evaluates every host, a refusing one
+included, and ends with one fleet plan published with set_stats, changing nothing; the pre-flight play
+refuses bad input with one line before any host is touched."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from .playbook import BIN, REPO, ansible_environment, run_playbook
+
+INVENTORY = os.path.join('inventories', 'simulated')
+HOSTS = ('sim-a100-01', 'sim-a30-01', 'sim-b200-01', 'sim-h100-01', 'sim-h200-01', 'sim-rtxpro-01')
+DECISION_TASK = 'Plan the layout on the host without changing a GPU'
+PLAN_TASK = 'Tell the fleet plan (per host and GPU, refused hosts, totals)'
+PROGRESS_TASK = 'Tell the progress of the rollout'
+BUSY_REASON = ('GPU 0: GPU instance 10 (1g.10gb at slice 3) has running processes [4242] but the layout 2x3g.40gb '
+               'does not keep it; busy instances are never destroyed: stop that work first')
+
+
+@pytest.fixture
+def ansible_env(monkeypatch):
+    for name, value in ansible_environment().items():
+        monkeypatch.setenv(name, value)
+
+
+def fleet_run(state_dir, playbook='playbooks/mig_layout.yml', args=(), envvars=None, **extravars):
+    extravars['gpufleet_sim_state_dir'] = state_dir
+    return run_playbook(playbook, inventory=INVENTORY, extravars=extravars, args=list(args), envvars=envvars)
+
+
+def host_files(state_dir):
+    """Bytes of every file of the simulated hosts (GPU state, declared layout, boot unit, ...), locks left out."""
+    found = {}
+    for root, dummy, names in os.walk(state_dir):
+        for name in names:
+            if not name.endswith('.lock'):
+                path = os.path.join(root, name)
+                with open(path, 'rb') as handle:
+                    found[os.path.relpath(path, state_dir)] = handle.read()
+    return found
+
+
+def make_busy(state_dir, host, gpu, start, pids):
+    """A process on the GPU instance of ``gpu`` that starts at memory slice ``start`` (the simulator's state file)."""
+    path = os.path.join(state_dir, host, 'gpus.json')
+    with open(path) as handle:
+        state = json.load(handle)
+    found = [gi for gi in state['gpus'][gpu]['gpu_instances'] if gi['start'] == start]
+    assert found, (host, gpu, start)
+    found[0]['compute_instances'][0]['pids'] = pids
+    with open(path, 'w') as handle:
+        json.dump(state, handle, indent=1, sort_keys=True)
+
+
+@pytest.fixture(scope='module')
+def daytime_fleet(tmp_path_factory):
+    """The simulated fleet in daytime, GPU 0 of sim-a100-01 busy where nighttime puts a 3g.40gb; yields its state dir."""
+    env = ansible_environment()
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        state_dir = str(tmp_path_factory.mktemp('fleet') / 'state')
+        assert fleet_run(state_dir, 'simulator/seed.yml').rc == 0
+        run = fleet_run(state_dir, mig_layout_name='daytime', mig_layout_serial='100%')
+        assert run.rc == 0 and run.changed == sorted(HOSTS), run.describe()
+        make_busy(state_dir, 'sim-a100-01', 0, 3, [4242])
+        yield state_dir
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def stats_data(run):
+    """What set_stats published (ansible-runner's artifact_data, what AWX keeps as the job's artifacts)."""
+    stats = [e for e in run.events if e.get('event') == 'playbook_on_stats']
+    return stats[-1]['event_data'].get('artifact_data') or {}
+
+
+def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_env, daytime_fleet):
+    before = host_files(daytime_fleet)
+    run = fleet_run(daytime_fleet, args=['--check'], mig_layout_name='nighttime', mig_layout_serial=2,
+                    mig_layout_max_fail_percentage='25%')
+    # Nothing changed anywhere: GPUs, declared layouts, boot units.
+    assert host_files(daytime_fleet) == before
+    # Every host was evaluated; the refusing host is the only failed one.
+    assert sorted(run.task_results(DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert run.failed == ['sim-a100-01'], run.describe()
+    assert run.messages['sim-a100-01'][-1].startswith('MIG layout nighttime was not applied on sim-a100-01: ' + BUSY_REASON)
+
+    plans = run.task_results(PLAN_TASK)
+    assert len(plans) == 1
+    lines = list(plans.values())[0]['msg']
+    for line in ('sim-a30-01 GPU 0: 4x1g.6gb -> 2x2g.12gb (4 instance(s) destroyed)',
+                 'sim-a30-01 GPU 1: 4x1g.6gb -> 2x2g.12gb (4 instance(s) destroyed)',
+                 'sim-h100-01 GPU 0: 7x1g.10gb -> 2x3g.40gb (7 instance(s) destroyed)',
+                 'sim-h200-01 GPU 0: 7x1g.18gb -> 2x3g.71gb (7 instance(s) destroyed)',
+                 'sim-b200-01 GPU 1: 7x1g.23gb -> 2x3g.90gb (7 instance(s) destroyed)',
+                 'sim-rtxpro-01 GPU 0: 4x1g.24gb -> 2x2g.48gb (4 instance(s) destroyed)',
+                 'sim-a100-01: refused: ' + BUSY_REASON):
+        assert line in lines, lines
+    assert lines[-1] == ('plan of layout nighttime: 6 of 6 host(s) evaluated, 5 to change, 0 in layout, 1 refused, '
+                         '0 not reached; 8 GPU(s) to change, 47 instance(s) destroyed, 16 created, 0 pod(s) to evict')
+
+    published = stats_data(run)['mig_layout_rollout']
+    assert published['layout'] == 'nighttime' and published['check_mode'] is True
+    assert published['refused'] == {'sim-a100-01': BUSY_REASON}
+    assert published['not_reached'] == []
+    assert published['totals'] == {
+        'hosts': 6, 'hosts_evaluated': 6, 'hosts_to_change': 5, 'hosts_in_layout': 0, 'hosts_refused': 1,
+        'hosts_not_reached': 0, 'gpus_to_change': 8, 'instances_destroyed': 47, 'instances_created': 16,
+        'pods_to_evict': 0}
+
+    # One progress line per batch; 25% of 6 hosts lets one fail.
+    progress = [res['msg'] for res in (e['event_data']['res'] for e in run.events
+                                       if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == PROGRESS_TASK)]
+    assert progress == [
+        'batch 1 of 3: 2 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
+        '(mig_layout_max_fail_percentage=25)',
+        'batch 2 of 3: 4 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
+        '(mig_layout_max_fail_percentage=25)',
+        'batch 3 of 3: 6 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
+        '(mig_layout_max_fail_percentage=25)',
+    ]
+
+
+def test_check_mode_goes_on_past_a_spent_budget(ansible_env, daytime_fleet):
+    """Budget 0 at serial 1: a real run stops after the refusing first host; the dry run evaluates the rest."""
+    before = host_files(daytime_fleet)
+    run = fleet_run(daytime_fleet, args=['--check'], mig_layout_name='nighttime', mig_layout_serial=1)
+    assert host_files(daytime_fleet) == before
+    assert sorted(run.task_results(DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert stats_data(run)['mig_layout_rollout']['totals']['hosts_evaluated'] == 6
+    assert run.failed == ['sim-a100-01'], run.describe()
+
+
+@pytest.mark.parametrize('extravars, message', [
+    ({'mig_layout_serial': 0}, "mig_layout_serial must be a whole number of hosts per batch (1 or more), a percentage "
+                               "of the play's hosts from 1% to 100% such as 25%, or a list of them; got 0"),
+    ({'mig_layout_serial': -2}, 'mig_layout_serial must be a whole number of hosts per batch'),
+    ({'mig_layout_serial': 'two'}, "got 'two'"),
+    ({'mig_layout_max_fail_percentage': 'abc'},
+     "mig_layout_max_fail_percentage must be a percentage of the play's hosts from 0 to 100 (25 and 25% are the same), "
+     "got 'abc'"),
+    ({'mig_layout_name': 'nightime'},
+     "layout 'nightime' is not defined; did you mean nighttime? (defined: all-balanced, all-disabled, all-enabled, "
+     "daytime, nighttime) [every host of the play]"),
+    ({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [{'devices': 'all', 'mig-enabled': True,
+                                                           'mig-devices': {'3g': 3}}]}},
+     'layout n entry 0: mig-devices 3g x3 need 9 compute slices, more than any MIG GPU has (7): no GPU of any model '
+     'fits it [every host of the play]'),
+    ({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [{'devices': 'all', 'mig-enabled': True,
+                                                           'mig-devices': {'3g.40bg': 2}}]}},
+     "layout n entry 0: mig-devices key 3g.40bg is not a MIG profile: invalid format for '3g.40bg'"),
+    ({'mig_layout_config_file': 'BAD_YAML'},
+     "BAD_YAML line 6, column 6: not valid YAML: expected <block end>, but found '<block mapping start>' "
+     "[every host of the play]"),
+])
+def test_preflight_refuses_bad_input_with_one_line_before_any_host_is_touched(ansible_env, tmp_path, extravars, message):
+    bad_yaml = tmp_path / 'site-layouts.yaml'
+    # Line 6 is indented one column short.
+    bad_yaml.write_text('version: v1\nmig-configs:\n  n:\n    - devices: all\n      mig-enabled: true\n'
+                        '     mig-devices: {3g: 2}\n')
+    extravars = dict((k, str(bad_yaml) if v == 'BAD_YAML' else v) for k, v in extravars.items())
+    message = message.replace('BAD_YAML', str(bad_yaml))
+    run = fleet_run(str(tmp_path / 'never-created'), **extravars)
+    assert run.rc != 0
+    failures = [r for r in run.results if r['status'] == 'failed']
+    assert len(failures) == 1, run.describe()
+    text = failures[0]['msg']
+    assert text.startswith('Nothing was changed: ') and message in text and '\n' not in text, text
+    # Nothing ran on a host: every result is a controller-side task of the pre-flight play.
+    assert set(r['play'] for r in run.results) == {'Pre-flight - check the settings and the layout catalog before any host is touched'}
+    assert not [r for r in run.results if (r['action'] or '').startswith('gpufleet.mig.nvidia_mig')]
+    assert not os.path.exists(str(tmp_path / 'never-created'))
+
+
+def ansible_playbook(state_dir, cache_dir, *args):
+    """ansible-playbook itself, with a jsonfile fact cache kept between runs (ansible-runner would put its cache in
+    each job's own artifacts folder; AWX copies its fact storage there)."""
+    env = ansible_environment(ANSIBLE_CACHE_PLUGIN='jsonfile', ANSIBLE_CACHE_PLUGIN_CONNECTION=cache_dir)
+    argv = [os.path.join(BIN, 'ansible-playbook'), '-i', INVENTORY, 'playbooks/mig_layout.yml',
+            '-e', json.dumps({'gpufleet_sim_state_dir': state_dir})] + list(args)
+    return subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=600, check=False)
+
+
+def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_fleet, tmp_path):
+    """The GPUs each host's last decision reported are a cached fact: no extra call, and the next run refuses a
+    layout that would be declared everywhere and apply nowhere."""
+    cache = str(tmp_path / 'facts')
+    nowhere = json.dumps({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [
+        {'devices': 'all', 'device-filter': '0x12345678', 'mig-enabled': True, 'mig-devices': {'1g': 1}}]}})
+    a30_only = json.dumps({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [
+        {'devices': 'all', 'device-filter': '0x20B710DE', 'mig-enabled': True, 'mig-devices': {'2g': 2}}]}})
+    before = host_files(daytime_fleet)
+    # Without known GPUs the pre-flight cannot tell: the (dry) run goes on, and keeps each host's GPUs.
+    first = ansible_playbook(daytime_fleet, cache, '--check', '-e', nowhere, '-e', 'mig_layout_serial=100%')
+    assert 'Keep the host\'s MIG-capable GPUs for the next pre-flight' in first.stdout, first.stdout[-3000:]
+    # One file per host (ansible-core 2.19 prefixes the names with the cache's schema, s1_).
+    files = dict((name.split('_', 1)[-1], name) for name in os.listdir(cache))
+    assert sorted(files) == sorted(HOSTS)
+    with open(os.path.join(cache, files['sim-h200-01'])) as handle:
+        assert '0x233510DE' in handle.read()
+    refused = ansible_playbook(daytime_fleet, cache, '-e', nowhere)
+    assert refused.returncode == 2, refused.stdout[-3000:]
+    message = ('Nothing was changed: layout n matches no GPU of any host of the play (their GPUs as their last run '
+               'reported them): it would be declared everywhere and applied nowhere; check its device-filter, devices '
+               'and gpufleet-memory-slices')
+    assert '[ERROR]: Task failed: Action failed: %s\n' % message in refused.stdout, refused.stdout[-3000:]
+    assert 'PLAY [Roll out the MIG layout]' not in refused.stdout
+    # A layout that matches one host's GPUs (the A30s) goes on.
+    matching = ansible_playbook(daytime_fleet, cache, '--check', '-e', a30_only, '-e', 'mig_layout_serial=100%')
+    assert 'PLAY [Roll out the MIG layout]' in matching.stdout and matching.returncode == 0, matching.stdout[-3000:]
+    assert host_files(daytime_fleet) == before

@@ -1,0 +1,194 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The pre-flight filters of playbooks/mig_layout.yml return one line per problem instead of raising;
+the fleet-plan filter reads the facts the rollout and the role leave on each host."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.mig.plugins.filter.mig_layout import FilterModule
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+    LayoutConfigError,
+    check_layout,
+    unknown_layout,
+    validate_configs,
+)
+
+FILTERS = FilterModule().filters()
+CATALOG = {
+    'daytime': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g': 'max'}}],
+    'nighttime': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'3g': 2}}],
+}
+
+
+def test_unknown_layout_names_the_closest_one():
+    assert unknown_layout('nightime', CATALOG) == \
+        "layout 'nightime' is not defined; did you mean nighttime? (defined: daytime, nighttime)"
+    assert unknown_layout('weekend', CATALOG) == "layout 'weekend' is not defined (defined: daytime, nighttime)"
+    assert unknown_layout('x', {}) == "layout 'x' is not defined (defined: none)"
+    with pytest.raises(LayoutConfigError, match='did you mean daytime[?]'):
+        check_layout(validate_configs(CATALOG), 'Daytime')
+
+
+def test_catalog_filter_returns_the_error_as_one_line():
+    checked = FILTERS['mig_layout_catalog'](CATALOG, 'nightime')
+    assert checked == {'name': 'nightime', 'configs': None, 'matches': None,
+                       'error': "layout 'nightime' is not defined; did you mean nighttime? (defined: daytime, nighttime)"}
+    good = FILTERS['mig_layout_catalog'](CATALOG, 'nighttime')
+    assert good['error'] is None and good['configs']['nighttime'][0]['mig-devices'] == {'3g': 2}
+
+
+def test_yaml_error_names_the_file_and_the_line():
+    text = 'version: v1\nmig-configs:\n  nighttime:\n    - devices: all\n      mig-enabled: [true\n'
+    checked = FILTERS['mig_layout_catalog'](text, 'nighttime', True, 'files/site.yaml')
+    assert checked['configs'] is None
+    assert checked['error'].startswith('files/site.yaml line 6, column 1: not valid YAML: ')
+    assert '\n' not in checked['error']
+    with pytest.raises(AnsibleFilterError, match='^files/site.yaml line 6, column 1: not valid YAML'):
+        FILTERS['mig_layout_validate'](text, 'nighttime', True, 'files/site.yaml')
+    # A file that loads but breaks a rule is named too; the text is read as a whole v1 file.
+    bad = 'version: v1\nmig-configs:\n  n:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {3g: 2, x: 1}\n'
+    assert FILTERS['mig_layout_catalog'](bad, 'n', False, 'site.yaml')['error'].startswith(
+        "site.yaml: layout n entry 0: mig-devices key x is not a MIG profile: invalid format for 'x'")
+    good = 'version: v1\nmig-configs:\n  n:\n    - devices: all\n      mig-enabled: false\n'
+    assert FILTERS['mig_layout_catalog'](good, 'n', False, 'site.yaml')['error'] is None
+
+
+@pytest.mark.parametrize('key, reason', [
+    ('1g.10bg', "invalid format for '1g.10bg'"),        # refused when the file loads (mig-parted's format check)
+    ('1g.10gb+mee', "invalid MIG profile '1g.10gb+mee'"),  # loads, refused for the layout being applied
+])
+def test_a_profile_typo_has_one_wording_whoever_reads_it(key, reason):
+    """The role (this filter) and the module (check_layout after validate_configs) give the same message."""
+    configs = {'n': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {key: 1}}]}
+    expected_start = 'layout n entry 0: mig-devices key %s is not a MIG profile: %s' % (key, reason)
+    role = FILTERS['mig_layout_catalog'](configs, 'n')['error']
+    with pytest.raises(LayoutConfigError) as module:
+        check_layout(validate_configs(configs), 'n')
+    assert role == str(module.value)
+    assert role.startswith(expected_start)
+    assert role.endswith('(a MIG profile such as 1g.10gb or 1c.3g.40gb, or a model-agnostic shape such as 1g or 1c.3g)')
+
+
+@pytest.mark.parametrize('devices, message', [
+    ({'3g': 3}, 'mig-devices 3g x3 need 9 compute slices, more than any MIG GPU has (7): no GPU of any model fits it'),
+    ({'1g.10gb': 8}, 'mig-devices 1g.10gb x8 need 8 compute slices'),
+    ({'4g': 1, '3g': 1, '1g': 1}, 'mig-devices 1g x1 + 3g x1 + 4g x1 need 8 compute slices'),
+])
+def test_a_count_no_gpu_of_any_model_fits_is_refused_on_the_controller(devices, message):
+    configs = {'n': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': devices}]}
+    error = FILTERS['mig_layout_catalog'](configs, 'n')['error']
+    assert error.startswith('layout n entry 0: ' + message), error
+
+
+@pytest.mark.parametrize('devices', [{'1g': 7}, {'3g': 2}, {'4g': 1, '3g': 1}, {'2g': 3, '1g': 1}, {'1g': 'max', '3g': 2},
+                                     {'1c.3g': 6}])
+def test_counts_some_gpu_fits_pass(devices):
+    configs = {'n': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': devices}]}
+    assert FILTERS['mig_layout_catalog'](configs, 'n')['error'] is None
+
+
+def test_preflight_tells_each_problem_once_with_its_hosts():
+    hosts = ['a', 'b', 'c']
+    same = {'error': "layout 'nightime' is not defined; did you mean nighttime? (defined: daytime, nighttime)"}
+    assert FILTERS['mig_layout_preflight']([same, same, same], hosts) == (
+        "Nothing was changed: layout 'nightime' is not defined; did you mean nighttime? (defined: daytime, nighttime) "
+        "[every host of the play]")
+    other = {'error': 'site.yaml line 3, column 1: not valid YAML: x'}
+    assert FILTERS['mig_layout_preflight']([same, {'error': None}, other], hosts) == (
+        "Nothing was changed: layout 'nightime' is not defined; did you mean nighttime? (defined: daytime, nighttime) [a]"
+        " | site.yaml line 3, column 1: not valid YAML: x [c]")
+    assert FILTERS['mig_layout_preflight']([{'error': None}] * 3, hosts) == ''
+
+
+def test_rollout_settings_filter_does_not_raise():
+    assert FILTERS['mig_layout_rollout_settings']('50%', '25%') == {'serial': '50%', 'max_fail_percentage': 25, 'error': None}
+    bad = FILTERS['mig_layout_rollout_settings'](0, 0)
+    assert bad['serial'] is None and bad['error'].startswith('mig_layout_serial must be a whole number')
+    assert FILTERS['mig_layout_rollout_settings'](1, 'abc')['error'].startswith('mig_layout_max_fail_percentage must be')
+
+
+def test_progress_filter():
+    settings = {'serial': 1, 'max_fail_percentage': 0}
+    line = FILTERS['mig_layout_rollout_progress'](['b'], ['a', 'b', 'c'], settings, {'a': 'x'}.keys())['line']
+    assert line == 'batch 2 of 3: 2 of 3 host(s) done, 1 failed (a); failure budget spent: the rollout stops here'
+
+
+def test_fleet_plan_filter_reads_each_hosts_facts():
+    decision = {'in_layout': True, 'gpus': [], 'pods_to_evict': []}
+    hostvars = {
+        'a': {'mig_layout_rollout_started': True, 'mig_layout__decision': decision},
+        # The role's reason (not the rollout's longer message) is the reason told; whitespace folded, no final dot.
+        'b': {'mig_layout_rollout_started': True, 'mig_layout__decision': {'failed': True, 'msg': 'x'},
+              'mig_layout__failure_reason': ' GPU 0: busy\n  [4242].\n', 'mig_layout_rollout_error': 'MIG layout n was not applied'},
+        'c': {'mig_layout_rollout_started': True, 'mig_layout_rollout_error': 'unreachable'},
+        'd': {},
+    }
+    plan = FILTERS['mig_layout_fleet_plan'](['a', 'b', 'c', 'd'], hostvars, 'n', True)
+    assert plan['refused'] == {'b': 'GPU 0: busy [4242]', 'c': 'unreachable'}
+    assert plan['not_reached'] == ['d']
+    assert plan['totals']['hosts_in_layout'] == 1 and plan['check_mode'] is True
+
+
+def test_instances_filter_writes_them_as_the_plan_does():
+    gpu_instances = [{'profile': '1g.10gb'}, {'profile': '3g.40gb'}, {'profile': '1g.10gb'}]
+    assert FILTERS['mig_layout_instances'](gpu_instances) == '1x3g.40gb + 2x1g.10gb'
+    assert FILTERS['mig_layout_instances']([]) == 'no instances'
+
+
+A100_DECISION = {
+    'gpus': [{'index': 1, 'pci_device_id': '0x20B210DE', 'free_space_after': {'total_slices': 8}},
+             {'index': 0, 'pci_device_id': '0x20B210DE', 'free_space_after': None}],
+    'unmatched_gpus': [{'index': 2, 'pci_device_id': '0x20B710DE', 'reason': 'matched by no entry'}],
+    'skipped_gpus': [{'index': 3, 'name': 'NVIDIA L40S'}],
+}
+
+
+def test_host_gpus_from_a_decision():
+    assert FILTERS['mig_layout_host_gpus'](A100_DECISION) == [
+        {'index': 0, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': None},
+        {'index': 1, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': 8},
+        {'index': 2, 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': None, 'memory_slices': None},
+    ]
+    assert FILTERS['mig_layout_host_gpus'](None) == []
+
+
+def entry_of(**fields):
+    entry = {'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g': 1}}
+    entry.update(fields)
+    return entry
+
+
+@pytest.mark.parametrize('entry, matches', [
+    (entry_of(), True),
+    (entry_of(**{'device-filter': '0x233010DE'}), False),                 # an H100 filter on A100/A30 GPUs
+    (entry_of(**{'device-filter': ['0x233010DE', '0x20B710DE']}), True),   # the A30 (unmatched by its last layout)
+    (entry_of(devices=[5]), False),
+    (entry_of(devices=[1], **{'gpufleet-memory-slices': 4}), False),      # GPU 1 has 8 memory slices
+    (entry_of(devices=[0], **{'gpufleet-memory-slices': 4}), True),       # GPU 0's are not known yet: it may
+    (entry_of(**{'device-filter': '0x20B210DE:0x1234', 'devices': [1]}), True),  # subsystem unknown: it may
+])
+def test_a_layout_may_match_the_known_gpus(entry, matches):
+    gpus = FILTERS['mig_layout_host_gpus'](A100_DECISION)
+    checked = FILTERS['mig_layout_catalog']({'n': [entry]}, 'n', False, None, gpus)
+    assert checked['error'] is None and checked['matches'] is matches
+    assert FILTERS['mig_layout_catalog']({'n': [entry]}, 'n')['matches'] is None
+
+
+def test_preflight_refuses_a_layout_no_known_gpu_of_any_host_matches():
+    nowhere = {'name': 'n', 'error': None, 'matches': False}
+    somewhere = {'name': 'n', 'error': None, 'matches': True}
+    unknown = {'name': 'n', 'error': None, 'matches': None}
+    assert FILTERS['mig_layout_preflight']([nowhere, nowhere], ['a', 'b']) == (
+        'Nothing was changed: layout n matches no GPU of any host of the play (their GPUs as their last run reported '
+        'them): it would be declared everywhere and applied nowhere; check its device-filter, devices and '
+        'gpufleet-memory-slices')
+    assert FILTERS['mig_layout_preflight']([nowhere, somewhere], ['a', 'b']) == ''
+    # A host whose GPUs are not known yet may match: no refusal.
+    assert FILTERS['mig_layout_preflight']([nowhere, unknown], ['a', 'b']) == ''

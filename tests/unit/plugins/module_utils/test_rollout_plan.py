@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""_rollout_plan: the rollout settings checked before any host is touched, batch progress, the fleet plan."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._rollout_plan import (
+    RolloutSettingsError,
+    allowed_failures,
+    batch_sizes,
+    fleet_plan,
+    instances_text,
+    progress,
+    rollout_settings,
+)
+
+
+@pytest.mark.parametrize('serial, expected', [
+    (1, 1), ('2', 2), ('50%', '50%'), (' 25 % ', '25%'), ('100%', '100%'), (3.0, 3), ([1, '50%'], [1, '50%']),
+])
+def test_serial_accepted(serial, expected):
+    assert rollout_settings(serial)['serial'] == expected
+
+
+@pytest.mark.parametrize('serial', [0, '0', -1, '-1', 'abc', '0%', '101%', '12.5%', True, 1.5, [], [1, 0], None])
+def test_serial_refused_with_one_line(serial):
+    with pytest.raises(RolloutSettingsError) as exc:
+        rollout_settings(serial)
+    message = str(exc.value)
+    assert message.startswith('mig_layout_serial must be a whole number of hosts per batch (1 or more)')
+    assert message.endswith('got %r' % (serial,)) and '\n' not in message
+
+
+@pytest.mark.parametrize('budget, expected', [(0, 0), ('0', 0), (25, 25), ('25', 25), ('25%', 25), (' 25 %', 25),
+                                              (12.5, 12.5), ('100', 100), (100.0, 100)])
+def test_max_fail_percentage_accepted_and_25_percent_is_25(budget, expected):
+    assert rollout_settings(1, budget)['max_fail_percentage'] == expected
+
+
+@pytest.mark.parametrize('budget', ['abc', -1, '-5', 101, '101%', True, None, '25%%', '%'])
+def test_max_fail_percentage_refused_with_one_line(budget):
+    with pytest.raises(RolloutSettingsError) as exc:
+        rollout_settings(1, budget)
+    assert str(exc.value) == ("mig_layout_max_fail_percentage must be a percentage of the play's hosts from 0 to 100 "
+                              "(25 and 25%% are the same), got %r" % (budget,))
+
+
+@pytest.mark.parametrize('serial, hosts, sizes', [
+    (1, 3, [1, 1, 1]), (2, 5, [2, 2, 1]), ('50%', 6, [3, 3]), ('50%', 5, [2, 2, 1]), ('10%', 5, [1] * 5),
+    ('100%', 4, [4]), ([1, '50%'], 7, [1, 3, 3]), ([1, 2], 6, [1, 2, 2, 1]), (10, 3, [3]),
+])
+def test_batch_sizes_as_ansible_cuts_them(serial, hosts, sizes):
+    assert batch_sizes(serial, hosts) == sizes
+
+
+@pytest.mark.parametrize('budget, hosts, allowed', [(0, 6, 0), (25, 4, 1), (25, 3, 0), (50, 5, 2), (100, 6, 6),
+                                                    (12.5, 8, 1)])
+def test_allowed_failures(budget, hosts, allowed):
+    assert allowed_failures(budget, hosts) == allowed
+
+
+HOSTS = ['a', 'b', 'c', 'd', 'e', 'f']
+
+
+def test_progress_counts_batches_hosts_failures_and_budget():
+    settings = rollout_settings(2, '25%')
+    first = progress(HOSTS, ['a', 'b'], settings, [])
+    assert (first['batch'], first['batches'], first['done'], first['failed'], first['budget_left']) == (1, 3, 2, 0, 1)
+    assert first['line'] == ('batch 1 of 3: 2 of 6 host(s) done, 0 failed; failure budget left: 1 more host(s) may '
+                             'fail (mig_layout_max_fail_percentage=25)')
+    second = progress(HOSTS, ['c', 'd'], settings, ['c'])
+    assert (second['batch'], second['done'], second['budget_left'], second['over_budget']) == (2, 4, 0, False)
+    assert '1 failed (c)' in second['line']
+    spent = progress(HOSTS, ['c', 'd'], settings, ['c', 'd'])
+    assert spent['over_budget'] and spent['line'].endswith('failure budget spent: the rollout stops here')
+    dry = progress(HOSTS, ['c', 'd'], settings, ['c', 'd'], check_mode=True)
+    assert dry['line'].endswith('spent (check mode: a real run would stop here)')
+    last = progress(HOSTS, ['e', 'f'], settings, ['c', 'd'])
+    assert (last['batch'], last['done']) == (3, 6) and last['line'].endswith('failure budget spent')
+
+
+def test_progress_with_percentage_batches():
+    settings = rollout_settings('50%', 0)
+    assert progress(HOSTS, ['d', 'e', 'f'], settings, [])['line'].startswith('batch 2 of 2: 6 of 6 host(s) done')
+
+
+def instance(profile, start, ident=None):
+    return {'profile': profile, 'id': ident, 'placement': {'start': start, 'size': 1}}
+
+
+def gpu(index, before, after, **more):
+    record = {
+        'index': index, 'name': 'NVIDIA A100-SXM4-80GB', 'in_layout': False, 'deferred': False,
+        'mode': {'before': {'current': 'enabled', 'pending': 'enabled'}, 'after': {'current': 'enabled', 'pending': 'enabled'}},
+        'before': before, 'after': after, 'mig_devices': {'3g': 2},
+        'destroyed_instances': [i for i in before if i['id'] not in set(a['id'] for a in after)],
+        'pods_to_evict': [], 'reboot_required': False,
+    }
+    record.update(more)
+    return record
+
+
+DAY = [instance('1g.10gb', s, 7 + s) for s in range(7)]
+NIGHT = [instance('3g.40gb', 0), instance('3g.40gb', 4)]
+KEPT = [instance('3g.40gb', 0, 1), instance('3g.40gb', 4, 2)]
+
+
+def test_instances_text():
+    assert instances_text(DAY) == '7x1g.10gb'
+    assert instances_text([instance('1g.10gb', 6), instance('3g.40gb', 0), instance('1c.3g.40gb', 4)]) == \
+        '1x1c.3g.40gb + 1x3g.40gb + 1x1g.10gb'
+    assert instances_text([]) == 'no instances'
+
+
+def test_fleet_plan_per_gpu_refused_not_reached_and_totals():
+    records = [
+        {'host': 'a', 'started': True, 'error': None, 'kubernetes_node': 'node-a', 'decision': {
+            'in_layout': False, 'pods_to_evict': ['team/train-1'],
+            'gpus': [gpu(0, DAY, NIGHT, pods_to_evict=['team/train-1']),
+                     gpu(1, KEPT, KEPT, in_layout=True)],
+            'unmatched_gpus': []}},
+        {'host': 'b', 'started': True, 'decision': None,
+         'error': 'GPU 0: GPU instance 10 (1g.10gb at slice 3) has running processes [4242]'},
+        {'host': 'c', 'started': True, 'error': None, 'decision': {'in_layout': True, 'gpus': [], 'pods_to_evict': []}},
+        {'host': 'd', 'started': False, 'error': None, 'decision': None},
+        {'host': 'e', 'started': True, 'error': None, 'decision': {
+            'in_layout': False, 'pods_to_evict': [],
+            'gpus': [gpu(0, [], None, deferred=True, mig_devices={'1g': 'max'},
+                         mode={'before': {'current': 'disabled', 'pending': 'disabled'},
+                               'after': {'current': 'enabled', 'pending': 'enabled'}})]}},
+    ]
+    plan = fleet_plan(records, 'nighttime', check_mode=True)
+    assert plan['refused'] == {'b': 'GPU 0: GPU instance 10 (1g.10gb at slice 3) has running processes [4242]'}
+    assert plan['not_reached'] == ['d']
+    assert [h['status'] for h in plan['hosts']] == ['change', 'refused', 'in layout', 'not reached', 'change']
+    assert plan['totals'] == {
+        'hosts': 5, 'hosts_evaluated': 4, 'hosts_to_change': 2, 'hosts_in_layout': 1, 'hosts_refused': 1,
+        'hosts_not_reached': 1, 'gpus_to_change': 2, 'instances_destroyed': 7, 'instances_created': 2, 'pods_to_evict': 1}
+    assert plan['lines'] == [
+        'a GPU 0: 7x1g.10gb -> 2x3g.40gb (7 instance(s) destroyed, pods to evict: team/train-1)',
+        'e GPU 0: MIG disabled -> MIG enabled, instances 1g: max once MIG is on',
+        'a: pods to evict from node node-a: team/train-1',
+        'b: refused: GPU 0: GPU instance 10 (1g.10gb at slice 3) has running processes [4242]',
+        'd: not reached',
+        'plan of layout nighttime: 4 of 5 host(s) evaluated, 2 to change, 1 in layout, 1 refused, 1 not reached; '
+        '2 GPU(s) to change, 7 instance(s) destroyed, 2 created, 1 pod(s) to evict',
+    ]
+    gpu_a1 = plan['hosts'][0]['gpus'][1]
+    assert gpu_a1['in_layout'] and gpu_a1['instances_kept'] == 2 and gpu_a1['instances_destroyed'] == 0
+
+
+def test_fleet_plan_of_a_real_run_keeps_instances_and_says_layout():
+    kept = instance('1g.10gb', 6, 13)
+    records = [{'host': 'a', 'started': True, 'error': None, 'decision': {
+        'in_layout': False, 'pods_to_evict': [], 'gpus': [gpu(0, DAY, [instance('3g.40gb', 0), kept])]}}]
+    plan = fleet_plan(records, 'mixed')
+    assert plan['lines'][0] == 'a GPU 0: 7x1g.10gb -> 1x3g.40gb + 1x1g.10gb (6 instance(s) destroyed, 1 kept)'
+    assert plan['lines'][-1].startswith('layout mixed: 1 of 1 host(s) evaluated, 1 to change')
+    assert plan['check_mode'] is False and plan['totals']['instances_created'] == 1
