@@ -1,0 +1,517 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""The Kubernetes hand-over of a node around a MIG change, decided as values.
+
+Pure Python (no Ansible, no Kubernetes client): the mig_layout role reads the node and its pods
+with kubernetes.core, hands them to these functions through the gpufleet.mig.mig_handover_*
+filters, and writes what they return. Each value says why, and ``problem`` says why not.
+
+The node protocol is the GPU operator's (NVIDIA mig-parted's k8s-mig-manager, reconfigure-mig.sh):
+``nvidia.com/mig.config`` is the requested layout, ``nvidia.com/mig.config.state`` is pending while
+the change runs, rebooting before a reboot, then success or failed; each GPU component is paused by
+setting its ``nvidia.com/gpu.deploy.<component>`` label to ``paused-for-mig-change`` (a ``false``
+set by someone else is left alone), its pods are awaited until deleted, and the label is set back
+to ``true`` afterwards.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource, is_shared_resource, strip_replica
+
+CONFIG_LABEL = 'nvidia.com/mig.config'
+STATE_LABEL = 'nvidia.com/mig.config.state'
+STATES = ('pending', 'rebooting', 'success', 'failed')
+DEPLOY_PREFIX = 'nvidia.com/gpu.deploy.'
+PAUSED = 'paused-for-mig-change'
+# Set while the role holds the node cordoned for a change (kept after a failed one that changed a GPU).
+CORDON_ANNOTATION = 'gpufleet.mig/cordoned-for-mig-change'
+# Why the last change failed (dropped by the next success).
+FAILURE_ANNOTATION = 'gpufleet.mig/mig-change-failure'
+# The GPU operator's components, each paused when its label is on the node.
+DEFAULT_COMPONENTS = ('device-plugin', 'gpu-feature-discovery', 'dcgm-exporter', 'dcgm', 'nvsm', 'operator-validator')
+SWITCHES = ('in_place', 'drain')
+FINISHED_PHASES = ('Succeeded', 'Failed')
+# The kubelet marks the API's copy of a static pod (its "mirror pod") with this annotation.
+MIRROR_ANNOTATION = 'kubernetes.io/config.mirror'
+EVENT_CONTROLLER = 'gpufleet.mig/mig-layout'
+# events.k8s.io/v1 limits a note to 1 kB (k8s.io/kubernetes pkg/apis/events/validation: NoteLengthLimit).
+EVENT_NOTE_LIMIT = 1024
+
+
+class HandoverError(ValueError):
+    """Input the hand-over cannot work with (a programming or configuration error)."""
+
+
+def pod_key(pod):
+    """'namespace/name' of a Pod object."""
+    metadata = pod.get('metadata') or {}
+    return '%s/%s' % (metadata.get('namespace') or 'default', metadata.get('name'))
+
+
+def _running(pod):
+    return (pod.get('status') or {}).get('phase') not in FINISHED_PHASES
+
+
+def _requests_gpu(pod):
+    spec = pod.get('spec') or {}
+    for container in list(spec.get('containers') or []) + list(spec.get('initContainers') or []):
+        resources = container.get('resources') or {}
+        for section in ('requests', 'limits'):
+            if any(is_gpu_resource(name) for name in resources.get(section) or {}):
+                return True
+    return False
+
+
+def _selector_keys(pod):
+    """The node label keys a pod's scheduling requires (nodeSelector and required node affinity)."""
+    spec = pod.get('spec') or {}
+    keys = set(spec.get('nodeSelector') or {})
+    required = (((spec.get('affinity') or {}).get('nodeAffinity') or {})
+                .get('requiredDuringSchedulingIgnoredDuringExecution') or {})
+    for term in required.get('nodeSelectorTerms') or []:
+        keys.update(expr.get('key') for expr in term.get('matchExpressions') or [])
+    return keys
+
+
+def _owner_kinds(pod):
+    return [owner.get('kind') for owner in (pod.get('metadata') or {}).get('ownerReferences') or []]
+
+
+def _controller(pod):
+    for owner in (pod.get('metadata') or {}).get('ownerReferences') or []:
+        if owner.get('controller'):
+            return owner
+    return None
+
+
+class SwitchMode(object):
+    """How the node's pods are handed over, decided once from the option and what the host read.
+
+    ``in_place``: only the pods on instances that go are evicted; needs the kubelet's pod-resources.
+    ``drain``: every pod that holds a GPU is evicted (chosen, or the allowed fallback).
+    ``repack``: only unallocated instances move: nobody is evicted.
+    """
+
+    def __init__(self, switch, pod_resources, drain_fallback=False, repack=False):
+        if switch not in SWITCHES:
+            raise HandoverError('mig_layout_k8s_switch must be one of %s, not %r' % (', '.join(SWITCHES), switch))
+        pod_resources = pod_resources or {}
+        self.read = bool(pod_resources.get('read'))
+        unread = pod_resources.get('reason') or 'the kubelet did not answer'
+        self.mode = None
+        self._problem = None
+        if repack:
+            self.mode = 'repack'
+            self.reason = 'a repack moves only unallocated instances: nobody is evicted'
+        elif switch == 'drain':
+            self.mode = 'drain'
+            self.reason = "mig_layout_k8s_switch=drain: every pod that holds a GPU is evicted, as the GPU operator's MIG manager does"
+        elif self.read:
+            self.mode = 'in_place'
+            self.reason = "in place: only the pods on instances that go are evicted (the kubelet's pod-resources say which pod holds which)"
+        elif drain_fallback:
+            self.mode = 'drain'
+            self.reason = ("the kubelet's pod-resources could not be read (%s): mig_layout_k8s_drain_fallback=true evicts every pod "
+                           'that holds a GPU instead' % unread)
+        else:
+            self.reason = None
+            self._problem = ("which pod holds which instance cannot be read (%s) and mig_layout_k8s_drain_fallback=false: "
+                             'nothing was changed' % unread)
+
+    def problem(self):
+        """Why no switch is possible, or None."""
+        return self._problem
+
+    def as_dict(self):
+        return {'mode': self.mode, 'reason': self.reason, 'problem': self.problem()}
+
+
+def component_labels(components):
+    """The deploy label of each component (``device-plugin`` -> ``nvidia.com/gpu.deploy.device-plugin``)."""
+    labels = []
+    for component in components or ():
+        if not isinstance(component, str) or not component or '/' in component or '=' in component:
+            raise HandoverError('mig_layout_k8s_paused_components: %r is not a component name' % (component,))
+        labels.append(DEPLOY_PREFIX + component)
+    return labels
+
+
+class ComponentPause(object):
+    """Which GPU components to pause and what to restore, from the node's labels as found.
+
+    A component whose label is absent is not deployed by label on this node: left alone. ``false`` is
+    set by someone else (the operator's user): left alone. ``paused-for-mig-change`` was left by a run
+    that died: paused now, and restored to ``true``. Any other value is paused and restored as found.
+    """
+
+    def __init__(self, labels, components=DEFAULT_COMPONENTS):
+        labels = labels or {}
+        self.pause = {}
+        self.restore = {}
+        self.left_alone = []
+        for key in component_labels(components):
+            value = labels.get(key)
+            if value is None:
+                continue
+            if value == 'false':
+                self.left_alone.append(key)
+                continue
+            self.pause[key] = PAUSED
+            self.restore[key] = 'true' if value == PAUSED else value
+
+    def as_dict(self):
+        return {'pause': self.pause, 'restore': self.restore, 'left_alone': self.left_alone}
+
+
+def paused_pods_left(pods, paused_labels):
+    """The pods (namespace/name) still on the node that the paused labels schedule there.
+
+    The GPU operator's DaemonSets select their nodes by ``nvidia.com/gpu.deploy.<component>=true``;
+    once the label is paused the DaemonSet controller deletes their pods, and the change waits until
+    they are gone (a pod being deleted still counts: it may still hold a GPU).
+    """
+    paused = set(paused_labels or ())
+    return sorted(pod_key(pod) for pod in pods or [] if paused & _selector_keys(pod))
+
+
+class EvictionPlan(object):
+    """The pods to evict before the change, and those refused, from the node's pods as listed.
+
+    ``pods`` are the node's Pod objects (after the cordon). In place, the pods the host's decision
+    names (``namespace/name`` or ``uid:<uid>``: pods on instances that go); drain, every running pod
+    that requests a GPU resource. A pod that a paused component's label schedules goes with the pause.
+    A pod is refused, by name, before anything is evicted, when an eviction cannot move it as
+    ``kubectl drain`` would not: a static (mirror) pod, a DaemonSet pod (its DaemonSet places it again
+    at once), a pod with no controller (unless ``force``: ``kubectl drain --force``) or with emptyDir
+    data (unless ``delete_emptydir_data``: ``--delete-emptydir-data``). A pod the host names that the
+    API server does not list on the node cannot be evicted either: refused.
+    """
+
+    def __init__(self, pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node=''):
+        if mode not in ('in_place', 'drain', 'repack'):
+            raise HandoverError('no switch mode to plan evictions with: %r' % (mode,))
+        self.mode = mode
+        self.node = node
+        paused = set(paused_labels or ())
+        running = [pod for pod in pods or [] if _running(pod)]
+        stays_paused = set(pod_key(pod) for pod in running if paused & _selector_keys(pod))
+        self.gpu_pods = sorted(pod_key(pod) for pod in running if _requests_gpu(pod) and pod_key(pod) not in stays_paused)
+        if mode == 'repack':
+            chosen, unknown = [], []
+        elif mode == 'drain':
+            chosen, unknown = [pod for pod in running if pod_key(pod) in self.gpu_pods], []
+        else:
+            named = set(pods_to_evict or ())
+            chosen, found = [], set()
+            for pod in running:
+                aliases = set([pod_key(pod), 'uid:%s' % (pod.get('metadata') or {}).get('uid')])
+                if aliases & named:
+                    found |= aliases
+                    if pod_key(pod) not in stays_paused:
+                        chosen.append(pod)
+            unknown = sorted(named - found)
+        self.evict = []
+        self.refused = [{'pod': name, 'reason': 'the host sees it on an instance that goes, but the API server lists no such '
+                                                'running pod on the node: it cannot be evicted'} for name in unknown]
+        for pod in sorted(chosen, key=pod_key):
+            reason = self._refusal(pod, force, delete_emptydir_data)
+            if reason:
+                self.refused.append({'pod': pod_key(pod), 'reason': reason})
+            else:
+                metadata = pod.get('metadata') or {}
+                self.evict.append({'namespace': metadata.get('namespace') or 'default', 'name': metadata.get('name'),
+                                   'uid': metadata.get('uid')})
+
+    @staticmethod
+    def _refusal(pod, force, delete_emptydir_data):
+        metadata = pod.get('metadata') or {}
+        kinds = _owner_kinds(pod)
+        if MIRROR_ANNOTATION in (metadata.get('annotations') or {}) or 'Node' in kinds:
+            return "a static pod (the kubelet's manifest): the API cannot evict it; remove its manifest from the node first"
+        if 'DaemonSet' in kinds:
+            return ('a DaemonSet pod: its DaemonSet would place it again at once; keep it off the node or add its component '
+                    'to mig_layout_k8s_paused_components')
+        if _controller(pod) is None and not force:
+            return ('no controller would start it again: set mig_layout_k8s_evict_bare_pods=true to delete it anyway '
+                    '(kubectl drain --force)')
+        volumes = (pod.get('spec') or {}).get('volumes') or []
+        if any('emptyDir' in volume for volume in volumes) and not delete_emptydir_data:
+            return ('its emptyDir data would be lost: set mig_layout_k8s_delete_emptydir_data=true to evict it anyway '
+                    '(kubectl drain --delete-emptydir-data)')
+        return None
+
+    def problem(self):
+        """Why nobody may be evicted, naming every refused pod, or None."""
+        if not self.refused:
+            return None
+        return ('pod(s) on instances that go cannot be moved from node %s, so nobody was evicted and no GPU was changed: %s'
+                % (self.node, '; '.join('%s: %s' % (r['pod'], r['reason']) for r in self.refused)))
+
+    def as_dict(self):
+        return {'mode': self.mode, 'gpu_pods': self.gpu_pods, 'evict': self.evict, 'refused': self.refused,
+                'problem': self.problem()}
+
+
+def eviction_problem(results, node='', dry_run=True):
+    """Why the evictions (as gpufleet.mig.mig_pod_eviction reports them) were refused, or None.
+
+    Each result has ``pod``, ``status`` (HTTP status; 0 when the request failed before an answer),
+    ``allowed``, ``message`` and ``causes`` (the Status's details.causes). A PodDisruptionBudget refusal
+    is HTTP 429 with the message "Cannot evict pod as it would violate the pod's disruption budget."
+    and a cause of reason DisruptionBudget naming the budget ("The disruption budget <name> needs <n> healthy pods and has
+    <m> currently"): k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go.
+    """
+    refused = [r for r in results or [] if not r.get('allowed')]
+    if not refused:
+        return None
+    parts = []
+    for result in refused:
+        # metav1.StatusCause serialises its Type as "reason".
+        budgets = [c.get('message') for c in result.get('causes') or [] if c.get('reason') == 'DisruptionBudget' and c.get('message')]
+        why = result.get('message') or 'no answer'
+        if budgets:
+            why = '%s (%s)' % (why.rstrip('.'), '; '.join(budgets))
+        parts.append('%s: HTTP %s %s' % (result.get('pod'), result.get('status'), why))
+    if dry_run:
+        head = 'the API server refused the eviction (tried as a dry run first) of'
+        tail = 'nobody was evicted and no GPU was changed'
+    else:
+        head = 'the API server refused the eviction of'
+        tail = 'the pods before it were evicted; no GPU was changed'
+    return '%s %s on node %s: %s; %s' % (head, 'a pod' if len(refused) == 1 else '%d pods' % len(refused), node,
+                                         '; '.join(parts), tail)
+
+
+def pods_left(pods, evicted):
+    """The evicted pods (namespace/name) still listed and not finished: those the change must not outrun."""
+    uids = set(pod.get('uid') for pod in evicted or [])
+    return sorted(pod_key(pod) for pod in pods or [] if _running(pod) and (pod.get('metadata') or {}).get('uid') in uids)
+
+
+def pods_in_the_way_of_reboot(pods):
+    """Running pods a drain before a reboot must have moved (DaemonSet and static pods stay, as with kubectl drain)."""
+    left = []
+    for pod in pods or []:
+        kinds = _owner_kinds(pod)
+        mirror = MIRROR_ANNOTATION in ((pod.get('metadata') or {}).get('annotations') or {})
+        if _running(pod) and 'DaemonSet' not in kinds and 'Node' not in kinds and not mirror:
+            left.append(pod_key(pod))
+    return sorted(left)
+
+
+def _base_resource(name):
+    return name[:-len('.shared')] if is_shared_resource(name) else name
+
+
+class Advertisement(object):
+    """Whether the kubelet advertises exactly the MIG devices the GPUs now hold, compared as id sets.
+
+    ``expected`` is the apply's ``expected_device_ids`` ({resource: {'uuid': [...], 'index': [...]}});
+    ``advertised`` is what the kubelet's GetAllocatableResources reports ({resource: [ids]}, from
+    nvidia_mig_facts kubelet_allocatable). Counts are not enough: after 7x1g -> 4x1g a plugin that
+    still advertises destroyed UUIDs passes a ``>=`` count. Only GPU resources count; a ``.shared``
+    resource (time-slicing renamed) counts as its base resource and its replicas (``<id>::<n>``) as
+    the id they share.
+    """
+
+    def __init__(self, expected, advertised, strategy='uuid'):
+        if strategy not in ('uuid', 'index'):
+            raise HandoverError("mig_layout_k8s_device_id_strategy must be uuid or index, not %r" % (strategy,))
+        want = {}
+        for resource, ids in (expected or {}).items():
+            if is_gpu_resource(resource):
+                want.setdefault(_base_resource(resource), set()).update((ids or {}).get(strategy) or [])
+        have = {}
+        for resource, ids in (advertised or {}).items():
+            if is_gpu_resource(resource):
+                have.setdefault(_base_resource(resource), set()).update(strip_replica(i) for i in ids or [])
+        self.missing = dict((r, sorted(want[r] - have.get(r, set()))) for r in sorted(want) if want[r] - have.get(r, set()))
+        self.stale = dict((r, sorted(have[r] - want.get(r, set()))) for r in sorted(have) if have[r] - want.get(r, set()))
+
+    @property
+    def matches(self):
+        return not self.missing and not self.stale
+
+    def problem(self):
+        """What the kubelet does not advertise yet, and what it still advertises that is gone, or None."""
+        if self.matches:
+            return None
+        parts = []
+        if self.missing:
+            parts.append('not advertised yet: %s' % '; '.join('%s %s' % (r, ', '.join(i)) for r, i in self.missing.items()))
+        if self.stale:
+            parts.append('still advertised although gone: %s' % '; '.join('%s %s' % (r, ', '.join(i)) for r, i in self.stale.items()))
+        return ' and '.join(parts)
+
+    def as_dict(self):
+        return {'matches': self.matches, 'missing': self.missing, 'stale': self.stale, 'problem': self.problem()}
+
+
+def allocatable_short(expected_counts, allocatable):
+    """The GPU resources the Node's allocatable advertises fewer of than ``expected_counts``, as messages.
+
+    Where the host cannot say which device ids it expects (no expected_device_ids), counts are all the
+    role can compare: at least what the GPUs hold (time-slicing advertises a multiple). A ``.shared``
+    resource counts for its base resource. Weaker than Advertisement: a plugin still advertising
+    destroyed instances passes when the counts are high enough.
+    """
+    have = {}
+    for resource, value in (allocatable or {}).items():
+        if is_gpu_resource(resource):
+            base = _base_resource(resource)
+            have[base] = have.get(base, 0) + int(value)
+    return ['%s: %d advertised, %d held' % (r, have.get(r, 0), int(n)) for r, n in sorted((expected_counts or {}).items())
+            if int(n) > 0 and have.get(r, 0) < int(n)]
+
+
+class LayoutRequest(object):
+    """The layout a run applies: the role's, or (opt-in) the one the node's nvidia.com/mig.config requests.
+
+    As with the GPU operator, ``kubectl label node N nvidia.com/mig.config=<layout> --overwrite`` is a
+    request the next run honours when ``follow_label``; a label naming no layout of the catalog is
+    refused (nothing changed). Either way the run sets the label to what it applies before the change.
+    """
+
+    def __init__(self, labels, configured, follow_label, layouts):
+        label = (labels or {}).get(CONFIG_LABEL)
+        known = sorted(layouts or ())
+        self._problem = None
+        if follow_label and label:
+            self.name = label
+            self.source = 'label'
+            self.reason = 'node label %s=%s requests it (mig_layout_k8s_follow_config_label=true)' % (CONFIG_LABEL, label)
+            if label not in known:
+                self._problem = ('node label %s=%s names no layout of the catalog (%s): nothing was changed'
+                                 % (CONFIG_LABEL, label, ', '.join(known)))
+        else:
+            self.name = configured
+            self.source = 'role'
+            self.reason = 'mig_layout_name=%s' % configured
+        self.relabel = label != self.name
+
+    def problem(self):
+        return self._problem
+
+    def as_dict(self):
+        return {'name': self.name, 'source': self.source, 'reason': self.reason, 'relabel': self.relabel, 'problem': self.problem()}
+
+
+class NodeHandover(object):
+    """The node's labels, annotations and cordon through a change, from the node as found before it.
+
+    ``start``: pending, the requested layout, the components paused, the cordon mark (only when the run
+    cordons: a node an operator cordoned stays cordoned afterwards). ``success``: components back,
+    success, marks dropped, uncordoned unless cordoned by someone else. A failure: failure().
+    """
+
+    def __init__(self, node, layout, components=DEFAULT_COMPONENTS):
+        if not node or not (node.get('metadata') or {}).get('name'):
+            raise HandoverError('no Node object to hand over')
+        metadata = node['metadata']
+        self.name = metadata['name']
+        self.layout = layout
+        self.labels = dict(metadata.get('labels') or {})
+        annotations = metadata.get('annotations') or {}
+        self.pause = ComponentPause(self.labels, components)
+        # A node an earlier failed change left cordoned (its mark) was schedulable before that change.
+        self.cordoned_by_others = bool((node.get('spec') or {}).get('unschedulable')) and CORDON_ANNOTATION not in annotations
+
+    def _labels(self, state, restore):
+        labels = dict(self.pause.restore if restore else self.pause.pause)
+        labels[STATE_LABEL] = state
+        return labels
+
+    def start(self):
+        labels = self._labels('pending', restore=False)
+        labels[CONFIG_LABEL] = self.layout
+        annotations = {} if self.cordoned_by_others else {CORDON_ANNOTATION: self.layout}
+        return {'metadata': {'labels': labels, 'annotations': annotations}}
+
+    def rebooting(self):
+        return {'metadata': {'labels': {STATE_LABEL: 'rebooting'}}}
+
+    def success(self):
+        labels = self._labels('success', restore=True)
+        labels[CONFIG_LABEL] = self.layout
+        return {'metadata': {'labels': labels, 'annotations': {CORDON_ANNOTATION: None, FAILURE_ANNOTATION: None}}}
+
+    def as_dict(self):
+        return {'name': self.name, 'layout': self.layout, 'components': self.pause.as_dict(),
+                'cordoned_by_others': self.cordoned_by_others, 'start': self.start(), 'rebooting': self.rebooting(),
+                'success': self.success()}
+
+
+def failure(handover, reason, gpu_changed):
+    """{patch, uncordon} for a failed change, from a NodeHandover's as_dict() taken at its start.
+
+    Components back, state failed, the reason in an annotation (cut at 4 KiB; annotations hold 256 KiB).
+    The node stays cordoned only when a GPU may have changed (the scheduler's view may be wrong);
+    otherwise the cordon mark goes and the node is uncordoned unless someone else had cordoned it.
+    """
+    annotations = {FAILURE_ANNOTATION: truncate(reason, 4096)}
+    if not gpu_changed:
+        annotations[CORDON_ANNOTATION] = None
+    labels = dict(handover['components']['restore'])
+    labels[STATE_LABEL] = 'failed'
+    return {'patch': {'metadata': {'labels': labels, 'annotations': annotations}},
+            'uncordon': not handover['cordoned_by_others'] and not gpu_changed}
+
+
+def recovery(node, layout, components=DEFAULT_COMPONENTS):
+    """What a node whose host already holds ``layout`` needs: None, or {patch, uncordon}.
+
+    An earlier run that died half-way (or failed after a GPU changed) left it paused, pending or
+    failed, cordoned with the role's mark, or labelled for another layout.
+    """
+    metadata = (node or {}).get('metadata') or {}
+    labels = metadata.get('labels') or {}
+    annotations = metadata.get('annotations') or {}
+    restore = dict((key, 'true') for key in component_labels(components) if labels.get(key) == PAUSED)
+    marks = dict((key, None) for key in (CORDON_ANNOTATION, FAILURE_ANNOTATION) if key in annotations)
+    uncordon = CORDON_ANNOTATION in annotations
+    if not restore and not marks and labels.get(CONFIG_LABEL) == layout and labels.get(STATE_LABEL) == 'success':
+        return None
+    restore.update({CONFIG_LABEL: layout, STATE_LABEL: 'success'})
+    return {'patch': {'metadata': {'labels': restore, 'annotations': marks}}, 'uncordon': uncordon}
+
+
+def truncate(text, limit):
+    text = '' if text is None else str(text)
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def event(regarding, reason, note, stamp, sequence=0, warning=False, action='MIGLayoutChange', instance='gpufleet.mig'):
+    """An events.k8s.io/v1 Event about ``regarding`` (a Node or Pod object), so kubectl describe tells the story.
+
+    ``stamp`` is the run's time as '%Y-%m-%dT%H:%M:%S.%fZ' (eventTime is a MicroTime); the name is
+    unique per object, run and ``sequence``. A cluster-scoped object's events live in ``default``
+    (as the kubelet's node events do). Validation: k8s.io/kubernetes pkg/apis/events/validation.
+    """
+    metadata = regarding.get('metadata') or {}
+    kind = regarding.get('kind') or 'Pod'
+    namespace = metadata.get('namespace') or ''
+    digits = ''.join(c for c in stamp if c.isdigit())
+    ref = {'apiVersion': regarding.get('apiVersion') or 'v1', 'kind': kind, 'name': metadata.get('name')}
+    if namespace:
+        ref['namespace'] = namespace
+    if metadata.get('uid'):
+        ref['uid'] = metadata['uid']
+    return {
+        'apiVersion': 'events.k8s.io/v1',
+        'kind': 'Event',
+        'metadata': {'name': '%s.mig.%s.%d' % (metadata.get('name'), digits, sequence), 'namespace': namespace or 'default'},
+        'eventTime': stamp,
+        'reportingController': EVENT_CONTROLLER,
+        'reportingInstance': truncate(instance, 128),
+        'action': action,
+        'reason': reason,
+        'regarding': ref,
+        'note': truncate(note, EVENT_NOTE_LIMIT),
+        'type': 'Warning' if warning else 'Normal',
+    }

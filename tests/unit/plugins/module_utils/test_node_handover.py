@@ -1,0 +1,358 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Kubernetes hand-over decisions (issue 17, sections 1-3): each rule with a test that fails if it broke."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.gpufleet.mig.plugins.module_utils import _node_handover as h
+
+NODE = 'gpu-1'
+
+
+def pod(name, namespace='ml', uid=None, owner='ReplicaSet', gpu='nvidia.com/mig-1g.10gb', phase='Running',
+        node_selector=None, volumes=None, annotations=None, affinity_keys=None):
+    owners = [] if owner is None else [{'kind': owner, 'name': name + '-owner', 'controller': True}]
+    spec = {'containers': [{'name': 'c', 'resources': {'limits': {gpu: 1}} if gpu else {}}]}
+    if node_selector:
+        spec['nodeSelector'] = node_selector
+    if affinity_keys:
+        spec['affinity'] = {'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {
+            'nodeSelectorTerms': [{'matchExpressions': [{'key': k, 'operator': 'In', 'values': ['true']} for k in affinity_keys]}]}}}
+    if volumes:
+        spec['volumes'] = volumes
+    return {'kind': 'Pod', 'apiVersion': 'v1',
+            'metadata': {'name': name, 'namespace': namespace, 'uid': uid or 'uid-' + name, 'ownerReferences': owners,
+                         'annotations': annotations or {}},
+            'spec': spec, 'status': {'phase': phase}}
+
+
+def node(labels=None, annotations=None, unschedulable=False):
+    return {'kind': 'Node', 'apiVersion': 'v1',
+            'metadata': {'name': NODE, 'uid': 'node-uid', 'labels': labels or {}, 'annotations': annotations or {}},
+            'spec': {'unschedulable': unschedulable} if unschedulable else {}}
+
+
+# --- the switch mode, decided once ----------------------------------------------------------------
+
+@pytest.mark.parametrize('switch, read, fallback, repack, mode', [
+    ('in_place', True, False, False, 'in_place'),
+    ('in_place', False, True, False, 'drain'),
+    ('drain', True, False, False, 'drain'),
+    ('drain', False, False, False, 'drain'),
+    ('in_place', True, False, True, 'repack'),
+    ('drain', False, True, True, 'repack'),
+])
+def test_switch_mode(switch, read, fallback, repack, mode):
+    decided = h.SwitchMode(switch, {'read': read, 'reason': 'socket missing'}, fallback, repack)
+    assert decided.mode == mode
+    assert decided.problem() is None
+    assert decided.reason
+
+
+def test_switch_fallback_says_why_it_drains():
+    decided = h.SwitchMode('in_place', {'read': False, 'reason': 'socket missing'}, drain_fallback=True)
+    assert 'socket missing' in decided.reason and 'mig_layout_k8s_drain_fallback=true' in decided.reason
+
+
+def test_switch_in_place_without_pod_resources_and_no_fallback_is_a_problem():
+    decided = h.SwitchMode('in_place', {'read': False, 'reason': 'socket missing'})
+    assert decided.mode is None
+    assert decided.as_dict()['problem'] == ('which pod holds which instance cannot be read (socket missing) and '
+                                            'mig_layout_k8s_drain_fallback=false: nothing was changed')
+
+
+def test_switch_unknown_option_refused():
+    with pytest.raises(h.HandoverError, match='must be one of in_place, drain'):
+        h.SwitchMode('evict_all', {'read': True})
+
+
+# --- pods to evict and to refuse (items 4, 5, 9) -----------------------------------------------------
+
+def test_in_place_evicts_only_the_named_pods_by_name_or_uid():
+    pods = [pod('a'), pod('b'), pod('c'), pod('cpu', gpu=None)]
+    plan = h.EvictionPlan(pods, 'in_place', ['ml/a', 'uid:uid-c'], node=NODE)
+    assert [p['name'] for p in plan.evict] == ['a', 'c']
+    assert plan.evict[0] == {'namespace': 'ml', 'name': 'a', 'uid': 'uid-a'}
+    assert plan.refused == [] and plan.problem() is None
+    assert plan.gpu_pods == ['ml/a', 'ml/b', 'ml/c']
+
+
+def test_decided_after_the_cordon_a_pod_named_but_gone_from_the_list_is_refused():
+    # Item 5: the names come from a decision after the cordon; one the API no longer lists is not silently skipped.
+    plan = h.EvictionPlan([pod('a')], 'in_place', ['ml/a', 'ml/ghost'], node=NODE)
+    assert [r['pod'] for r in plan.refused] == ['ml/ghost']
+    assert 'lists no such running pod' in plan.problem()
+
+
+def test_drain_evicts_every_running_gpu_pod_but_not_finished_or_cpu_pods():
+    pods = [pod('a'), pod('done', phase='Succeeded'), pod('cpu', gpu=None), pod('shared', gpu='nvidia.com/mig-1g.10gb.shared'),
+            pod('net', gpu='nvidia.com/hostdev')]
+    plan = h.EvictionPlan(pods, 'drain', node=NODE)
+    assert [p['name'] for p in plan.evict] == ['a', 'shared']
+
+
+def test_repack_evicts_nobody():
+    plan = h.EvictionPlan([pod('a')], 'repack', ['ml/a'])
+    assert plan.evict == [] and plan.refused == [] and plan.gpu_pods == ['ml/a']
+
+
+@pytest.mark.parametrize('victim, reason', [
+    (pod('ds', owner='DaemonSet'), 'a DaemonSet pod'),
+    (pod('static', owner='Node'), 'a static pod'),
+    (pod('mirror', owner=None, annotations={'kubernetes.io/config.mirror': 'abc'}), 'a static pod'),
+    (pod('bare', owner=None), 'mig_layout_k8s_evict_bare_pods=true'),
+    (pod('scratch', volumes=[{'name': 's', 'emptyDir': {}}]), 'mig_layout_k8s_delete_emptydir_data=true'),
+])
+def test_a_pod_the_drain_would_not_move_refuses_everyone_before_any_eviction(victim, reason):
+    name = victim['metadata']['name']
+    plan = h.EvictionPlan([pod('a'), victim], 'in_place', ['ml/a', 'ml/' + name], node=NODE)
+    assert [p['name'] for p in plan.evict] == ['a']
+    assert [r['pod'] for r in plan.refused] == ['ml/' + name]
+    problem = plan.as_dict()['problem']
+    assert problem.startswith('pod(s) on instances that go cannot be moved from node gpu-1, so nobody was evicted')
+    assert 'ml/%s: ' % name in problem and reason in problem
+
+
+def test_drain_refuses_a_gpu_daemonset_pod_too():
+    plan = h.EvictionPlan([pod('ds', owner='DaemonSet')], 'drain', node=NODE)
+    assert plan.evict == [] and [r['pod'] for r in plan.refused] == ['ml/ds']
+
+
+def test_bare_and_emptydir_pods_are_evicted_when_the_user_says_so():
+    pods = [pod('bare', owner=None), pod('scratch', volumes=[{'name': 's', 'emptyDir': {}}]),
+            pod('cm', volumes=[{'name': 'c', 'configMap': {'name': 'x'}}])]
+    names = ['ml/bare', 'ml/scratch', 'ml/cm']
+    assert [r['pod'] for r in h.EvictionPlan(pods, 'in_place', names, force=True).refused] == ['ml/scratch']
+    assert [r['pod'] for r in h.EvictionPlan(pods, 'in_place', names, delete_emptydir_data=True).refused] == ['ml/bare']
+    assert h.EvictionPlan(pods, 'in_place', names, force=True, delete_emptydir_data=True).refused == []
+
+
+def test_an_owner_that_is_not_the_controller_does_not_count():
+    bare = pod('bare', owner=None)
+    bare['metadata']['ownerReferences'] = [{'kind': 'ConfigMap', 'name': 'x'}]
+    assert [r['pod'] for r in h.EvictionPlan([bare], 'in_place', ['ml/bare']).refused] == ['ml/bare']
+
+
+def test_a_paused_components_pod_goes_with_the_pause_not_by_eviction():
+    label = 'nvidia.com/gpu.deploy.dcgm-exporter'
+    exporter = pod('dcgm-exporter-x', owner='DaemonSet', node_selector={label: 'true'})
+    plan = h.EvictionPlan([exporter, pod('a')], 'in_place', ['ml/dcgm-exporter-x', 'ml/a'], paused_labels=[label])
+    assert [p['name'] for p in plan.evict] == ['a'] and plan.refused == []
+    assert plan.gpu_pods == ['ml/a']
+    # Not paused: the same pod is refused.
+    assert [r['pod'] for r in h.EvictionPlan([exporter], 'in_place', ['ml/dcgm-exporter-x']).refused] == ['ml/dcgm-exporter-x']
+
+
+def test_bad_mode_refused():
+    with pytest.raises(h.HandoverError):
+        h.EvictionPlan([], None)
+
+
+# --- the dry-run answers (item 4) ---------------------------------------------------------------------
+
+PDB_REFUSAL = {'pod': 'ml/guarded-d', 'allowed': False, 'status': 429,
+               'message': "Cannot evict pod as it would violate the pod's disruption budget.",
+               'causes': [{'reason': 'DisruptionBudget', 'message': 'The disruption budget guarded-d needs 1 healthy pods and has 1 currently'}]}
+
+
+def test_eviction_problem_names_the_pod_and_the_budget():
+    problem = h.eviction_problem([{'pod': 'ml/a', 'allowed': True, 'status': 201}, PDB_REFUSAL], NODE)
+    assert problem == ("the API server refused the eviction (tried as a dry run first) of a pod on node gpu-1: ml/guarded-d: HTTP 429 "
+                       "Cannot evict pod as it would violate the pod's disruption budget (The disruption budget guarded-d needs 1 "
+                       "healthy pods and has 1 currently); nobody was evicted and no GPU was changed")
+
+
+def test_eviction_problem_none_when_all_allowed_and_counts_refusals():
+    assert h.eviction_problem([{'pod': 'ml/a', 'allowed': True}], NODE) is None
+    other = {'pod': 'ml/b', 'allowed': False, 'status': 403, 'message': 'forbidden', 'causes': []}
+    problem = h.eviction_problem([PDB_REFUSAL, other], NODE, dry_run=False)
+    assert 'of 2 pods on node gpu-1' in problem and 'ml/b: HTTP 403 forbidden' in problem
+    assert problem.endswith('the pods before it were evicted; no GPU was changed')
+
+
+def test_pods_left_after_eviction_by_uid():
+    evicted = [{'namespace': 'ml', 'name': 'a', 'uid': 'uid-a'}, {'namespace': 'ml', 'name': 'b', 'uid': 'uid-b'}]
+    # b was replaced by a new pod of the same name (another UID): not the evicted one.
+    pods = [pod('a'), pod('b', uid='uid-b2'), pod('c'), pod('a-done', uid='uid-b', phase='Failed')]
+    assert h.pods_left(pods, evicted) == ['ml/a']
+
+
+def test_pods_in_the_way_of_a_reboot():
+    pods = [pod('a'), pod('ds', owner='DaemonSet'), pod('static', owner='Node'),
+            pod('mirror', owner=None, annotations={'kubernetes.io/config.mirror': 'x'}), pod('done', phase='Succeeded'),
+            pod('cpu', gpu=None)]
+    assert h.pods_in_the_way_of_reboot(pods) == ['ml/a', 'ml/cpu']
+
+
+# --- the components to pause and restore (item 6, section 3) ----------------------------------------
+
+def test_components_paused_left_alone_and_restored():
+    labels = {'nvidia.com/gpu.deploy.device-plugin': 'true', 'nvidia.com/gpu.deploy.dcgm': 'false',
+              'nvidia.com/gpu.deploy.dcgm-exporter': h.PAUSED, 'nvidia.com/gpu.deploy.nvsm': 'true'}
+    pause = h.ComponentPause(labels)
+    assert pause.pause == {'nvidia.com/gpu.deploy.device-plugin': h.PAUSED, 'nvidia.com/gpu.deploy.dcgm-exporter': h.PAUSED,
+                           'nvidia.com/gpu.deploy.nvsm': h.PAUSED}
+    # A label left paused by a dead run comes back "true"; "false" set by someone else is left alone.
+    assert pause.restore == {'nvidia.com/gpu.deploy.device-plugin': 'true', 'nvidia.com/gpu.deploy.dcgm-exporter': 'true',
+                             'nvidia.com/gpu.deploy.nvsm': 'true'}
+    assert pause.left_alone == ['nvidia.com/gpu.deploy.dcgm']
+
+
+def test_the_operators_whole_set_by_default_and_a_configured_list():
+    labels = dict((h.DEPLOY_PREFIX + c, 'true') for c in
+                  ('device-plugin', 'gpu-feature-discovery', 'dcgm-exporter', 'dcgm', 'nvsm', 'operator-validator', 'mig-manager'))
+    assert sorted(h.ComponentPause(labels).pause) == sorted(h.DEPLOY_PREFIX + c for c in h.DEFAULT_COMPONENTS)
+    assert list(h.ComponentPause(labels, ['device-plugin']).pause) == ['nvidia.com/gpu.deploy.device-plugin']
+    with pytest.raises(h.HandoverError, match='not a component name'):
+        h.ComponentPause(labels, ['nvidia.com/gpu.deploy.device-plugin=true'])
+
+
+def test_paused_pods_left_by_node_selector_and_affinity():
+    label = 'nvidia.com/gpu.deploy.device-plugin'
+    pods = [pod('dp', owner='DaemonSet', node_selector={label: 'true'}),
+            pod('gfd', owner='DaemonSet', affinity_keys=['nvidia.com/gpu.deploy.gpu-feature-discovery']),
+            pod('other', owner='DaemonSet', node_selector={'kubernetes.io/os': 'linux'})]
+    assert h.paused_pods_left(pods, [label]) == ['ml/dp']
+    assert h.paused_pods_left(pods, [label, 'nvidia.com/gpu.deploy.gpu-feature-discovery']) == ['ml/dp', 'ml/gfd']
+    assert h.paused_pods_left(pods, []) == []
+
+
+# --- the allocatable comparison on device-id sets (item 7) ------------------------------------------
+
+EXPECTED = {'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d'], 'index': ['0:0', '0:1', '0:2', '0:3']}}
+
+
+def test_seven_to_four_does_not_pass_while_destroyed_uuids_are_advertised():
+    advertised = {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d', 'MIG-e', 'MIG-f', 'MIG-g']}
+    result = h.Advertisement(EXPECTED, advertised)
+    assert not result.matches
+    assert result.stale == {'nvidia.com/mig-1g.10gb': ['MIG-e', 'MIG-f', 'MIG-g']} and result.missing == {}
+    assert result.problem() == 'still advertised although gone: nvidia.com/mig-1g.10gb MIG-e, MIG-f, MIG-g'
+
+
+def test_every_new_instance_must_be_advertised():
+    result = h.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b', 'MIG-c']})
+    assert result.missing == {'nvidia.com/mig-1g.10gb': ['MIG-d']}
+    assert result.problem() == 'not advertised yet: nvidia.com/mig-1g.10gb MIG-d'
+
+
+def test_exact_sets_match_by_strategy_shared_names_and_replicas():
+    assert h.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['MIG-d', 'MIG-c', 'MIG-b', 'MIG-a']}).matches
+    assert h.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['0:0', '0:1', '0:2', '0:3']}, 'index').matches
+    assert not h.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['0:0', '0:1', '0:2', '0:3']}, 'uuid').matches
+    shared = {'nvidia.com/mig-1g.10gb.shared': ['MIG-%s::%d' % (u, r) for u in 'abcd' for r in range(2)],
+              'nvidia.com/hostdev': ['x']}
+    assert h.Advertisement(EXPECTED, shared).matches
+
+
+def test_a_profile_advertised_under_another_resource_is_both_missing_and_stale():
+    result = h.Advertisement(EXPECTED, {'nvidia.com/mig-2g.20gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']})
+    assert result.missing == {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']}
+    assert result.stale == {'nvidia.com/mig-2g.20gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']}
+
+
+def test_bad_strategy_refused():
+    with pytest.raises(h.HandoverError, match='uuid or index'):
+        h.Advertisement(EXPECTED, {}, 'serial')
+
+
+# --- the requested layout (section 3) -----------------------------------------------------------------
+
+def test_the_label_is_honoured_only_when_followed():
+    labels = {h.CONFIG_LABEL: 'nighttime'}
+    followed = h.LayoutRequest(labels, 'daytime', True, ['daytime', 'nighttime'])
+    assert (followed.name, followed.source, followed.relabel, followed.problem()) == ('nighttime', 'label', False, None)
+    ignored = h.LayoutRequest(labels, 'daytime', False, ['daytime', 'nighttime'])
+    # A run that targets another layout sets the label first.
+    assert (ignored.name, ignored.source, ignored.relabel) == ('daytime', 'role', True)
+    unlabelled = h.LayoutRequest({}, 'daytime', True, ['daytime'])
+    assert (unlabelled.name, unlabelled.source, unlabelled.relabel) == ('daytime', 'role', True)
+
+
+def test_a_label_naming_no_layout_is_refused():
+    request = h.LayoutRequest({h.CONFIG_LABEL: 'weekend'}, 'daytime', True, ['daytime', 'nighttime'])
+    assert request.as_dict()['problem'] == ('node label nvidia.com/mig.config=weekend names no layout of the catalog '
+                                            '(daytime, nighttime): nothing was changed')
+
+
+# --- the node's labels and states (section 3, item 10) --------------------------------------------------
+
+def test_start_success_rebooting_patches():
+    handover = h.NodeHandover(node({'nvidia.com/gpu.deploy.device-plugin': 'true', h.CONFIG_LABEL: 'daytime'}), 'nighttime')
+    start = handover.start()
+    assert start == {'metadata': {'labels': {'nvidia.com/gpu.deploy.device-plugin': h.PAUSED, h.STATE_LABEL: 'pending',
+                                             h.CONFIG_LABEL: 'nighttime'},
+                                  'annotations': {h.CORDON_ANNOTATION: 'nighttime'}}}
+    assert handover.rebooting() == {'metadata': {'labels': {h.STATE_LABEL: 'rebooting'}}}
+    assert handover.success() == {'metadata': {
+        'labels': {'nvidia.com/gpu.deploy.device-plugin': 'true', h.STATE_LABEL: 'success', h.CONFIG_LABEL: 'nighttime'},
+        'annotations': {h.CORDON_ANNOTATION: None, h.FAILURE_ANNOTATION: None}}}
+    assert set(h.STATES) == set(['pending', 'rebooting', 'success', 'failed'])
+
+
+def test_a_node_cordoned_by_someone_else_gets_no_mark_and_is_never_uncordoned():
+    found = h.NodeHandover(node(unschedulable=True), 'nighttime').as_dict()
+    assert found['cordoned_by_others'] and found['start']['metadata']['annotations'] == {}
+    assert not h.failure(found, 'boom', gpu_changed=False)['uncordon']
+    # Cordoned by an earlier failed run of ours (its mark): ours to uncordon.
+    ours = h.NodeHandover(node(annotations={h.CORDON_ANNOTATION: 'daytime'}, unschedulable=True), 'nighttime').as_dict()
+    assert not ours['cordoned_by_others']
+
+
+def test_failure_keeps_the_cordon_only_when_a_gpu_may_have_changed():
+    found = h.NodeHandover(node({'nvidia.com/gpu.deploy.device-plugin': 'true'}), 'nighttime').as_dict()
+    touched = h.failure(found, 'GPU 0: create failed', gpu_changed=True)
+    assert touched == {'uncordon': False, 'patch': {'metadata': {
+        'labels': {'nvidia.com/gpu.deploy.device-plugin': 'true', h.STATE_LABEL: 'failed'},
+        'annotations': {h.FAILURE_ANNOTATION: 'GPU 0: create failed'}}}}
+    untouched = h.failure(found, 'budget', gpu_changed=False)
+    assert untouched['uncordon']
+    assert untouched['patch']['metadata']['annotations'] == {h.FAILURE_ANNOTATION: 'budget', h.CORDON_ANNOTATION: None}
+    assert len(h.failure(found, 'x' * 5000, True)['patch']['metadata']['annotations'][h.FAILURE_ANNOTATION]) == 4096
+
+
+def test_no_node_refused():
+    with pytest.raises(h.HandoverError):
+        h.NodeHandover({}, 'daytime')
+
+
+def test_recovery_of_a_node_left_handed_over():
+    left = node({'nvidia.com/gpu.deploy.device-plugin': h.PAUSED, 'nvidia.com/gpu.deploy.dcgm': 'false', h.STATE_LABEL: 'pending',
+                 h.CONFIG_LABEL: 'daytime'}, {h.CORDON_ANNOTATION: 'daytime'}, unschedulable=True)
+    assert h.recovery(left, 'daytime') == {'uncordon': True, 'patch': {'metadata': {
+        'labels': {'nvidia.com/gpu.deploy.device-plugin': 'true', h.CONFIG_LABEL: 'daytime', h.STATE_LABEL: 'success'},
+        'annotations': {h.CORDON_ANNOTATION: None}}}}
+    fine = node({h.STATE_LABEL: 'success', h.CONFIG_LABEL: 'daytime'})
+    assert h.recovery(fine, 'daytime') is None
+    # Labelled for another layout: relabelled, not uncordoned.
+    assert h.recovery(fine, 'nighttime') == {'uncordon': False, 'patch': {'metadata': {
+        'labels': {h.CONFIG_LABEL: 'nighttime', h.STATE_LABEL: 'success'}, 'annotations': {}}}}
+    # A node cordoned by someone else without our mark stays cordoned.
+    assert not h.recovery(node({h.STATE_LABEL: 'failed'}, unschedulable=True), 'daytime')['uncordon']
+
+
+# --- Events (section 3) ------------------------------------------------------------------------------
+
+def test_node_event_lives_in_default_and_pod_event_in_its_namespace():
+    stamp = '2026-12-03T20:10:00.123456Z'
+    ev = h.event(node(), 'MIGChangeStarted', 'layout nighttime', stamp, 2)
+    assert ev['metadata'] == {'name': 'gpu-1.mig.20261203201000123456.2', 'namespace': 'default'}
+    assert ev['regarding'] == {'apiVersion': 'v1', 'kind': 'Node', 'name': 'gpu-1', 'uid': 'node-uid'}
+    assert (ev['apiVersion'], ev['type'], ev['eventTime'], ev['reportingController']) == (
+        'events.k8s.io/v1', 'Normal', stamp, 'gpufleet.mig/mig-layout')
+    pev = h.event(pod('a'), 'EvictedForMIGChange', 'n' * 2000, stamp, warning=True)
+    assert pev['metadata']['namespace'] == 'ml' and pev['regarding']['namespace'] == 'ml'
+    assert pev['type'] == 'Warning' and len(pev['note']) == 1024
+
+
+def test_allocatable_counts_where_no_device_ids_are_expected():
+    expected = {'nvidia.com/mig-1g.10gb': 4, 'nvidia.com/mig-3g.40gb': 1, 'nvidia.com/mig-7g.80gb': 0}
+    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '4', 'nvidia.com/mig-3g.40gb': '1'}) == []
+    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb.shared': '8', 'nvidia.com/hostdev': '9'}) == [
+        'nvidia.com/mig-3g.40gb: 0 advertised, 1 held']
+    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '3', 'nvidia.com/mig-3g.40gb': '1'}) == [
+        'nvidia.com/mig-1g.10gb: 3 advertised, 4 held']
