@@ -35,24 +35,11 @@ def all_placements(gpu, fixed=()):
     options = sorted((name, p['start']) for name in profiles for p in profiles[name]['placements'])
     found = set()
 
-    def valid(chosen):
-        used = set()
-        counts = {}
-        for name, start in chosen:
-            taken = slices_of(profiles[name], start)
-            if used & taken:
-                return False
-            used |= taken
-            counts[name] = counts.get(name, 0) + 1
-            if counts[name] > profiles[name]['max_count']:
-                return False
-        return _media_valid([name for name, dummy in chosen])
-
     def grow(position, chosen):
         found.add(tuple(sorted(chosen)))
         for index in range(position, len(options)):
             candidate = chosen + [options[index]]
-            if valid(list(fixed) + candidate):
+            if _valid_set(profiles, list(fixed) + candidate):
                 grow(index + 1, candidate)
 
     grow(0, [])
