@@ -110,7 +110,6 @@ _value:
 
 import base64
 import hashlib
-import os
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -131,7 +130,6 @@ except ImportError:  # pragma: no cover - jinja2 comes with ansible-core on ever
 
 MODES = ('enabled', 'disabled')
 _ID_UNSAFE = re.compile(r'[^A-Za-z0-9_-]+')
-TEMPLATE = 'mig_fleet_map.html.j2'
 
 STYLE = '''
 :root { --ink: #1f2933; --muted: #52606d; --line: #cbd2d9; --bar-width: 56rem; }
@@ -901,14 +899,130 @@ _LEGEND = (
     ('instance new', 'planned view: an instance the change creates (a dashed red edge marks one it destroys)'),
 )
 
+# The page itself: autoescaped Jinja2; only STYLE and SCRIPT (constants above) go in unescaped.
+PAGE = '''{#- The fleet MIG map (filter gpufleet.mig.mig_fleet_map). Rendered with autoescape: every value is escaped here;
+    only the page's own constant style and script, and the JSON of tojson (HTML-safe), go in unescaped. -#}
+<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src {{ csp_script }}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ title }}</title>
+<style>{{ style | safe }}</style>
+</head>
+<body>
+<header><h1>{{ title }}</h1>{% if generated %}<p class="generated">{{ generated }}</p>{% endif %}</header>
+<main>
+<section id="attention" class="panel" aria-labelledby="attention-title">
+<h2 id="attention-title">Needs attention: {{ attention | length }} of {{ totals | selectattr('key', 'eq', 'gpus') | map(attribute='value') | first }}
+GPU(s)</h2>
+{% if attention %}
+<div class="filters">
+<label>Host <input id="filter-host" type="search" placeholder="part of a host name"></label>
+<label>Model <select id="filter-model"><option value="">all</option>
+{% for model in attention_models %}<option value="{{ model }}">{{ model }}</option>{% endfor %}
+</select></label>
+<label>State <select id="filter-state"><option value="">all</option>
+{% for state, text in attention_states %}<option value="{{ state }}">{{ text }}</option>{% endfor %}
+</select></label>
+<span>showing <strong id="attention-shown">{{ attention | length }}</strong></span>
+</div>
+<table id="attention-table">
+<thead><tr><th scope="col"><button type="button" data-sort="Host">Host</button>
+</th><th scope="col" class="num"><button type="button" data-sort="Gpu">GPU</button>
+</th><th scope="col"><button type="button" data-sort="Model">Model</button>
+</th><th scope="col"><button type="button" data-sort="States">State</button>
+</th><th scope="col">Why</th></tr></thead>
+<tbody>
+{% for row in attention %}
+<tr class="attention" data-host="{{ row.host }}" data-gpu="{{ row.gpu if row.gpu is not none else '' }}" data-model="{{ row.model }}" data-states="{{
+row.states | join(' ') }}" data-sort-host="{{ row.host }}" data-sort-gpu="{{ row.gpu if row.gpu is not none else -1 }}" data-sort-model="{{ row.model
+}}" data-sort-states="{{ row.states | join(' ') }}">
+<td><a href="#{{ row.anchor }}">{{ row.host }}</a></td><td class="num">{{ row.gpu if row.gpu is not none else '-' }}</td>
+<td>{{ row.model or '-' }}</td><td>{% for state in row.states %}<span class="state {{ state }}">{{ dict(attention_states)[state] }}</span>{% endfor %}</td>
+<td>{{ row.why | join('; ') }}</td></tr>
+{% endfor %}
+</tbody>
+</table>
+<p class="note">Fragmented: fragmentation above {{ '%.2f' | format(fragmentation_above) }} or more than {{ stranded_above }} stranded slice(s), the
+scheduled repack's thresholds. Busy, switch pending: processes run on a GPU whose MIG mode change is pending, that is out of its layout or that a
+planned change alters.</p>
+{% else %}
+<p class="note">Nothing needs attention: every GPU holds its declared layout (or has none), none is fragmented, no busy GPU waits for a switch, and
+every host was read.</p>
+{% endif %}
+</section>
+<section id="fleet-totals" aria-labelledby="fleet-totals-title">
+<h2 id="fleet-totals-title">Fleet totals</h2>
+<dl class="totals">
+{% for total in totals %}<div data-total="{{ total.key }}"{% if total.warn %} class="warn"{% endif %}>
+<dt>{{ total.label }}</dt><dd>{{ total.value }}</dd></div>
+{% endfor %}
+</dl>
+<table id="totals-by-layout"><caption>GPUs by declared layout</caption>
+<thead><tr><th scope="col">Declared layout</th><th scope="col" class="num">Hosts</th>
+<th scope="col" class="num">GPUs</th><th scope="col" class="num">In layout</th>
+<th scope="col" class="num">Out of layout</th><th scope="col" class="num">Unknown</th>
+</tr></thead>
+<tbody>
+{% for row in layouts %}
+<tr data-layout="{{ row.name or '' }}" data-hosts="{{ row.hosts }}" data-gpus="{{ row.gpus }}" data-in-layout="{{ row['in'] }}" data-out-of-layout="{{
+row.out }}" data-unknown="{{ row.unknown }}">
+<th scope="row">{% if row.name %}{{ row.name }}{% else %}<em>none declared</em>{% endif %}</th>
+<td class="num">{{ row.hosts }}</td><td class="num">{{ row.gpus }}</td>
+<td class="num">{{ row['in'] }}</td><td class="num">{{ row.out }}</td>
+<td class="num">{{ row.unknown }}</td></tr>
+{% endfor %}
+</tbody></table>
+<table id="totals-largest-placeable"><caption>Largest placeable profile per GPU model (GPUs with MIG enabled)</caption>
+<thead><tr><th scope="col">GPU model</th><th scope="col" class="num">GPUs</th>
+<th scope="col">Largest profile that still fits: number of GPUs</th>
+</tr></thead>
+<tbody>
+{% for row in models %}
+<tr data-model="{{ row.model }}" data-gpus="{{ row.gpus }}"><th scope="row">{{ row.model }}</th>
+<td class="num">{{ row.gpus }}</td><td><ul class="counts">{% for item in row.largest %}<li data-profile="{{ item.profile or 'none' }}" data-count="{{
+item.count }}">
+<strong>{{ item.profile or 'nothing fits' }}</strong>: {{ item.count }}</li>{% endfor %}</ul>
+</td></tr>
+{% else %}
+<tr><td colspan="3">No GPU with MIG enabled.</td></tr>
+{% endfor %}
+</tbody></table>
+</section>
+<section id="legend" class="legend panel" aria-labelledby="legend-title">
+<h2 id="legend-title">Legend</h2>
+<ul>{% for css, text in legend %}<li><span class="swatch {{ css }}" aria-hidden="true"></span>{{ text }}</li>{% endfor %}</ul>
+<p class="note">Each bar is one GPU's memory, drawn to scale: every bar has the same width, so GPUs with the same number of memory slices have slices
+of the same width. Numbers under a bar are memory slice indexes; a block's label gives its profile, placement (first slice) and GPU instance id. Hover
+a block for details.</p>
+</section>
+<section id="hosts" aria-label="Hosts"><noscript><p class="note">The GPUs are drawn by the page's inline script: allow it to see them.</p>
+</noscript></section>
+</main>
+<footer><h2>Terms</h2><dl>
+<dt>Free slices</dt><dd>memory slices that no GPU instance covers.</dd>
+<dt>Largest placeable</dt><dd>the biggest profile of which one more instance still fits, honouring NVML's placements.</dd>
+<dt>Stranded slices</dt><dd>free slices that no still-placeable profile can use as the instances are placed, but that the best rearrangement of the
+same instances would make usable: memory a repack gives back. A slice that no arrangement can use (7x1g: every compute slice taken) is unusable, not
+stranded.</dd>
+<dt>Fragmentation</dt><dd>1 - largest placeable slices / largest placeable slices after the best rearrangement: 0.00 when the largest profile that
+could fit does fit (or nothing could), 0.50 when a repack would fit an instance twice as big.</dd>
+</dl></footer>
+<script type="application/json" id="fleet-data">{{ payload | tojson }}</script>
+<script>{{ script | safe }}</script>
+</body>
+</html>
+'''
+
 _CSP_SCRIPT = "'sha256-%s'" % base64.b64encode(hashlib.sha256(SCRIPT.encode('utf-8')).digest()).decode('ascii')
 
 
 def _environment():
     if jinja2 is None:
         raise _error('needs the jinja2 library (it comes with ansible-core)')
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.dirname(os.path.abspath(__file__))),
-                              autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 
 
 def _number(value, name, kinds):
@@ -939,7 +1053,7 @@ def mig_fleet_map(hosts, title='MIG fleet map', generated=None, fragmentation_ab
     _dom_ids(views)
     attention = attention_list(views, fragmentation_above, stranded_above)
     totals, layouts, models = _totals(views, attention)
-    template = _environment().get_template(TEMPLATE)
+    template = _environment().from_string(PAGE)
     return template.render(
         title=title, generated=generated, style=STYLE, script=SCRIPT, csp_script=_CSP_SCRIPT, totals=totals,
         layouts=layouts, models=models, attention=attention, attention_states=ATTENTION_STATES,

@@ -11,7 +11,6 @@ import copy
 import hashlib
 import inspect
 import json
-import os
 import random
 import re
 
@@ -200,11 +199,16 @@ def test_page_is_self_contained_html():
 
 def test_the_html_comes_from_an_autoescaping_template():
     source = inspect.getsource(mig_fleet_map_module)
-    assert 'autoescape=True' in source and "TEMPLATE = 'mig_fleet_map.html.j2'" in source
-    template = os.path.join(os.path.dirname(mig_fleet_map_module.__file__), mig_fleet_map_module.TEMPLATE)
-    with open(template) as handle:
-        text = handle.read()
+    assert 'autoescape=True' in source and 'from_string(PAGE)' in source
+    text = mig_fleet_map_module.PAGE
     assert text.count('| safe') == 2 and '{{ style | safe }}' in text and '{{ script | safe }}' in text
+
+
+def test_a_host_name_with_markup_is_escaped_in_the_page():
+    fleet = sample_fleet()
+    fleet[0]['host'] = '<b>evil</b>'
+    page = mig_fleet_map(fleet)
+    assert '<b>evil</b>' not in page and '&lt;b&gt;evil&lt;/b&gt;' in page
 
 
 def test_every_host_and_gpu_has_stable_hooks():
