@@ -27,10 +27,17 @@ enumerates the GPUs again and registers anew. It also re-enumerates on SIGHUP, a
 re-registers its servers when the kubelet re-creates kubelet.sock (a starting kubelet deletes
 every plugin socket). SIGTERM or SIGINT: stop, remove the sockets and the status file, exit 0.
 
+The mode file (--mode-file, JSON, read at each enumeration; absent: the defaults) sets what the
+cluster checks need of a plugin: "device_id_strategy": "uuid" (default) or "index" (NVIDIA's
+deviceIDStrategy index: '<gpu index>:<MIG device index>', the position in the GPU's list of MIG
+devices), and "keep_destroyed": true makes every enumeration keep advertising the ids of the one
+before that are gone (a plugin that still advertises destroyed instances: counts stay high, the
+id sets do not match).
+
 The status file (JSON, replaced atomically) says {"state": "starting" | "serving" | "paused" |
 "waiting-for-kubelet", "label": the label's value, "resources": {resource: [ids]} being served,
-"registrations": count, "enumerations": count, "allocations": [{"resource", "device_ids"}],
-"pid"}.
+"mode": the mode in effect, "registrations": count, "enumerations": count, "allocations":
+[{"resource", "device_ids", "uuids": the MIG UUIDs those ids named when allocated}], "pid"}.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -99,9 +106,16 @@ def resource_name(profile_name):
     return 'nvidia.com/mig-' + profile_name.replace('+', '.')
 
 
-def enumerate_resources(state_path=None):
-    """``{resource: [device ids]}`` of the host: the simulated one when ``state_path`` (or
-    GPUFLEET_MIG_SIMULATOR) names its state file, else the real NVML."""
+def enumerate_resources(state_path=None, strategy='uuid'):
+    """``{resource: [device ids]}`` of the host, ids by ``strategy`` (uuid or index)."""
+    return dict((resource, [device[strategy] for device in devices])
+                for resource, devices in enumerate_devices(state_path).items())
+
+
+def enumerate_devices(state_path=None):
+    """``{resource: [{'uuid': id, 'index': '<gpu>:<mig device>'}]}`` of the host (a whole GPU's index id is
+    its index): the simulated one when ``state_path`` (or GPUFLEET_MIG_SIMULATOR) names its state file,
+    else the real NVML."""
     import pynvml
 
     state_path = state_path or os.environ.get(SIMULATOR_ENV)
@@ -120,7 +134,8 @@ def enumerate_resources(state_path=None):
             except pynvml.NVMLError_NotSupported:
                 mig_enabled = False
             if not mig_enabled:
-                resources.setdefault('nvidia.com/gpu', []).append(_text(pynvml.nvmlDeviceGetUUID(gpu)))
+                resources.setdefault('nvidia.com/gpu', []).append({'uuid': _text(pynvml.nvmlDeviceGetUUID(gpu)),
+                                                                   'index': str(index)})
                 continue
             for mig_index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(gpu)):
                 try:
@@ -134,10 +149,43 @@ def enumerate_resources(state_path=None):
                 profile = MigProfile.parse(name.split(' MIG ', 1)[1])
                 if profile.is_compute_instance_profile:
                     continue  # NVIDIA's plugin advertises full-size compute instances only
-                resources.setdefault(resource_name(profile.name), []).append(_text(pynvml.nvmlDeviceGetUUID(mig)))
+                resources.setdefault(resource_name(profile.name), []).append(
+                    {'uuid': _text(pynvml.nvmlDeviceGetUUID(mig)), 'index': '%d:%d' % (index, mig_index)})
         return resources
     finally:
         pynvml.nvmlShutdown()
+
+
+DEFAULT_MODE = {'device_id_strategy': 'uuid', 'keep_destroyed': False}
+
+
+def read_mode(path):
+    """The mode file's settings over DEFAULT_MODE; a missing file is the defaults, a bad one an error."""
+    mode = dict(DEFAULT_MODE)
+    if path and os.path.exists(path):
+        with open(path) as handle:
+            given = json.load(handle)
+        unknown = sorted(set(given) - set(DEFAULT_MODE))
+        if unknown:
+            raise ValueError('mode file %s: unknown setting(s) %s' % (path, ', '.join(unknown)))
+        mode.update(given)
+    if mode['device_id_strategy'] not in ('uuid', 'index'):
+        raise ValueError('mode file %s: device_id_strategy must be uuid or index, not %r' % (path, mode['device_id_strategy']))
+    return mode
+
+
+def advertised(devices, mode, before=None):
+    """``({resource: [ids]}, {id: uuid})`` to serve from ``devices`` (enumerate_devices) in ``mode``.
+    With keep_destroyed, the ids of ``before`` (the last enumeration's ``{resource: [ids]}``) that are gone
+    stay advertised after the current ones, as a plugin that never drops a device would."""
+    strategy = mode['device_id_strategy']
+    resources = dict((resource, [device[strategy] for device in found]) for resource, found in devices.items())
+    names = dict((device[strategy], device['uuid']) for found in devices.values() for device in found)
+    if mode['keep_destroyed']:
+        for resource, ids in (before or {}).items():
+            current = resources.setdefault(resource, [])
+            current.extend(device_id for device_id in ids if device_id not in current)
+    return resources, names
 
 
 # ---- v1beta1 messages ------------------------------------------------------------------------------
@@ -287,8 +335,12 @@ class NodeLabels(object):
 # ---- the plugin manager ------------------------------------------------------------------------------
 
 class Manager(object):
-    def __init__(self, plugin_dir, labels, status_file, poll):
+    def __init__(self, plugin_dir, labels, status_file, poll, mode_file=None):
         self.plugin_dir = plugin_dir
+        self.mode_file = mode_file
+        self.mode = dict(DEFAULT_MODE)
+        self.served = {}
+        self.names = {}
         self.kubelet_socket = os.path.join(plugin_dir, 'kubelet.sock')
         self.labels = labels
         self.status_file = status_file
@@ -319,6 +371,7 @@ class Manager(object):
                 'state': self.state,
                 'label': self.label,
                 'resources': {plugin.resource: plugin.device_ids for plugin in self.plugins},
+                'mode': self.mode,
                 'registrations': self.registrations,
                 'enumerations': self.enumerations,
                 'allocations': list(self.allocations),
@@ -332,7 +385,8 @@ class Manager(object):
     def record_allocation(self, resource, device_ids):
         log('allocated %s: %s' % (resource, ', '.join(device_ids)))
         with self._lock:
-            self.allocations.append({'resource': resource, 'device_ids': list(device_ids)})
+            self.allocations.append({'resource': resource, 'device_ids': list(device_ids),
+                                     'uuids': [self.names.get(device_id) for device_id in device_ids]})
         self.write_status()
 
     def stop_plugins(self, why):
@@ -344,7 +398,9 @@ class Manager(object):
         self.registered_with = None
 
     def start_plugins(self):
-        resources = enumerate_resources()
+        self.mode = read_mode(self.mode_file)
+        resources, self.names = advertised(enumerate_devices(), self.mode, self.served)
+        self.served = resources
         self.enumerations += 1
         log('enumerated %s' % json.dumps(resources, sort_keys=True))
         self.plugins = [ResourcePlugin(resource, ids, self.plugin_dir, self.record_allocation)
@@ -432,6 +488,7 @@ def main(argv):
     parser.add_argument('--token-file')
     parser.add_argument('--status-file')
     parser.add_argument('--poll', type=float, default=1.0, help='seconds between two looks at the node label')
+    parser.add_argument('--mode-file', help='JSON settings read at each enumeration (device_id_strategy, keep_destroyed)')
     args = parser.parse_args(argv)
     if args.list:
         print(json.dumps(enumerate_resources(), indent=1, sort_keys=True))
@@ -443,7 +500,7 @@ def main(argv):
     if not os.path.isdir(args.plugin_dir):
         parser.error('--plugin-dir %s is not a folder' % args.plugin_dir)
     labels = NodeLabels(args.server, args.node_name, args.ca_file, args.token_file)
-    Manager(args.plugin_dir, labels, args.status_file, args.poll).run()
+    Manager(args.plugin_dir, labels, args.status_file, args.poll, args.mode_file).run()
     return 0
 
 

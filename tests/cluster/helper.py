@@ -326,6 +326,8 @@ def simulator():
     if path not in sys.path:
         sys.path.insert(0, path)
     import gpufleet_nvml_sim.host_events
+    import gpufleet_nvml_sim.models
+    import gpufleet_nvml_sim.rules
     import gpufleet_nvml_sim.state
     return gpufleet_nvml_sim
 
@@ -337,8 +339,24 @@ def parse_placement(text):
     return {"profile": profile, "start": int(start), "compute_instances": [{"profile": profile}]}
 
 
+def placement_gi_id(profile_name, start):
+    """The GPU instance id a placement keeps across sim-host calls: the simulator numbers instances it
+    is not given in rotation, as drivers do, so the instance at a start would get another id (and MIG
+    UUID, derived from it) each time the host is laid out anew, and a pod placed on it earlier would
+    seem to hold another instance. The id is the placement's node in the memory-slice tree: the first
+    id of the profile's size range plus its memory start over its memory size."""
+    sim = simulator()
+    model = sim.models.get_model(A100_80GB)
+    profile = sim.rules.profile_by_name(model, profile_name)
+    if profile is None:
+        raise SystemExit("sim-host: %s has no GPU instance profile %r" % (A100_80GB, profile_name))
+    return sim.rules.id_range(model, profile)[0] + start // profile["memory_slices"]
+
+
 def sim_host(state_file, placements):
     instances = [parse_placement(p) for p in placements]
+    for instance in instances:
+        instance["id"] = placement_gi_id(instance["profile"], instance["start"])
     state = {"gpus": [{"model": A100_80GB, "mig": {"current": "enabled"}, "gpu_instances": instances}]}
     directory = os.path.dirname(os.path.abspath(state_file))
     if not os.path.isdir(directory):

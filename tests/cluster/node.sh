@@ -16,7 +16,9 @@
 #   node.sh plugin-start   start device_plugin.py for the simulated host GPUFLEET_MIG_SIMULATOR
 #                          names; waits until it served or paused (by the node label)
 #   node.sh plugin-stop    stop it (safe to repeat)
-#   node.sh plugin-hup     make it re-enumerate the simulated GPUs (SIGHUP)
+#   node.sh plugin-hup     make it re-enumerate the simulated GPUs (SIGHUP); it reads its mode file
+#                          (node.json device_plugin.mode_file: device_plugin.py's index ids or
+#                          kept destroyed ids) each time
 #
 # Isolation. containerd, its shims and the kubelet run in a mount namespace of their own
 # (unshare --mount), in which /run and /var/lib are overlays whose upper layers live in
@@ -674,6 +676,7 @@ facts = {
     "node_dir": node,
     "device_plugin": {"pid_file": os.path.join(node, "device-plugin.pid"),
                       "status_file": os.path.join(node, "device-plugin.json"),
+                      "mode_file": os.path.join(node, "device-plugin.mode.json"),
                       "log": os.path.join(node, "logs", "device-plugin.log")},
 }
 path = sys.argv[1]
@@ -714,7 +717,7 @@ cmd_stop() {
     [[ -z "$left" ]] || die "could not remove:$left (see above); run '$0 stop' again"
     # The node's files; logs stay for a post-mortem. The token goes last, once nothing of ours is left.
     local part
-    for part in containerd kubelet overlay cni images tmp pod-logs volume-plugins etc sysctl device-plugin.json \
+    for part in containerd kubelet overlay cni images tmp pod-logs volume-plugins etc sysctl device-plugin.json device-plugin.mode.json \
         mntns supervisor.pid started; do
         rm -rf "${node:?}/$part"
     done
@@ -736,11 +739,12 @@ plugin_start() {
     plugin_alive && die "the device plugin already runs (pid $(cat "$node/device-plugin.pid")); run '$0 plugin-stop' first"
     "$python" -c 'import grpc, pynvml' 2>/dev/null \
         || die "$python lacks grpcio or nvidia-ml-py: set GPUFLEET_CLUSTER_PYTHON to the repository's .venv/bin/python"
-    rm -f "$node/device-plugin.json"
+    rm -f "$node/device-plugin.json" "$node/device-plugin.mode.json"  # a new plugin starts in the default mode
     GPUFLEET_MIG_SIMULATOR=$(realpath "$GPUFLEET_MIG_SIMULATOR") setsid "$python" "$here/device_plugin.py" \
         --plugin-dir "$plugin_dir" --node-name "$name" \
         --server "https://127.0.0.1:$(cat "$state/ports/apiserver")" --ca-file "$state/pki/ca.crt" \
         --token-file "$state/admin.token" --status-file "$node/device-plugin.json" \
+        --mode-file "$node/device-plugin.mode.json" \
         >>"$node/logs/device-plugin.log" 2>&1 </dev/null &
     echo $! >"$node/device-plugin.pid"
     wait_for 60 "the device plugin to serve or pause" "$(cat "$node/device-plugin.pid")" \

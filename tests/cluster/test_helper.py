@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""helper.py's pieces for the in-place switch check (molecule/cluster, check 6), without a cluster:
-what the switch watch makes of the node and pod objects it sees, and the simulated host it writes.
+"""helper.py's and device_plugin.py's pieces for the in-place switch check (molecule/cluster, check 6),
+without a cluster: what the switch watch makes of the node and pod objects it sees, the simulated host
+it writes, and the device plugin's modes (index ids, destroyed ids kept).
 
   make cluster-units      (or: python -m pytest -q tests/cluster/test_helper.py)
 """
@@ -20,7 +21,8 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import helper  # noqa: E402  (after the path: it lives beside this file)
+import device_plugin  # noqa: E402  (after the path: it lives beside this file)
+import helper  # noqa: E402
 
 
 def pod(name='busy-a', uid='u-1', phase='Running', restarts=0, running=True, deleting=False, disruption=None):
@@ -112,6 +114,7 @@ def test_sim_host_and_sim_pids(tmp_path):
     gpu = state['gpus'][0]
     assert gpu['model'] == 'A100-SXM4-80GB' and gpu['mig']['current'] == 'enabled'
     assert [(gi['profile'], gi['start']) for gi in gpu['gpu_instances']] == [('1g.10gb', 0), ('1g.10gb', 4)]
+    assert [gi['id'] for gi in gpu['gpu_instances']] == [7, 11]
     helper.sim_pids(state_file, '4', ['4242'])
     with open(state_file) as handle:
         gpu = json.load(handle)['gpus'][0]
@@ -120,3 +123,55 @@ def test_sim_host_and_sim_pids(tmp_path):
         helper.sim_pids(state_file, '2', ['1'])
     with pytest.raises(SystemExit, match='is not PROFILE@START'):
         helper.sim_host(state_file, ['1g.10gb'])
+    # The instance at a start keeps its id, so its MIG UUID, when the host is laid out anew with more.
+    helper.sim_host(state_file, ['1g.10gb@%d' % start for start in range(7)])
+    with open(state_file) as handle:
+        gpu = json.load(handle)['gpus'][0]
+    assert [gi['id'] for gi in gpu['gpu_instances']] == [7, 8, 9, 10, 11, 12, 13]
+    assert helper.placement_gi_id('1g.20gb', 6) == 6 and helper.placement_gi_id('3g.40gb', 4) == 2
+    assert helper.placement_gi_id('7g.80gb', 0) == 0
+    with pytest.raises(SystemExit, match="no GPU instance profile '2g.15gb'"):
+        helper.placement_gi_id('2g.15gb', 0)
+
+
+# ---- device_plugin.py's modes (the allocatable and index-id cluster cases rest on them) -----------
+
+def test_device_plugin_enumerates_both_id_schemes_of_the_simulated_host(tmp_path):
+    state_file = str(tmp_path / 'host' / 'gpus.json')
+    helper.sim_host(state_file, ['1g.10gb@0', '1g.20gb@4', '1g.10gb@6'])
+    devices = device_plugin.enumerate_devices(state_file)
+    assert sorted(devices) == ['nvidia.com/mig-1g.10gb', 'nvidia.com/mig-1g.20gb']
+    index_ids = sorted(d['index'] for found in devices.values() for d in found)
+    # One position per MIG device of GPU 0, in NVML's order: 0:0, 0:1, 0:2.
+    assert index_ids == ['0:0', '0:1', '0:2']
+    assert all(d['uuid'].startswith('MIG-') for found in devices.values() for d in found)
+    assert device_plugin.enumerate_resources(state_file, 'index')['nvidia.com/mig-1g.20gb'] == [
+        devices['nvidia.com/mig-1g.20gb'][0]['index']]
+
+
+def test_device_plugin_advertises_by_the_mode():
+    devices = {'nvidia.com/mig-1g.10gb': [{'uuid': 'MIG-a', 'index': '0:0'}, {'uuid': 'MIG-c', 'index': '0:1'}]}
+    uuid_mode = dict(device_plugin.DEFAULT_MODE)
+    index_mode = dict(uuid_mode, device_id_strategy='index')
+    before = {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b'], 'nvidia.com/mig-3g.40gb': ['MIG-d']}
+    # The default: what the GPUs hold, nothing of before.
+    assert device_plugin.advertised(devices, uuid_mode, before) == (
+        {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-c']}, {'MIG-a': 'MIG-a', 'MIG-c': 'MIG-c'})
+    resources, names = device_plugin.advertised(devices, index_mode)
+    assert resources == {'nvidia.com/mig-1g.10gb': ['0:0', '0:1']} and names == {'0:0': 'MIG-a', '0:1': 'MIG-c'}
+    # keep_destroyed: the gone ids stay advertised after the current ones, also of a resource now gone.
+    resources, dummy = device_plugin.advertised(devices, dict(uuid_mode, keep_destroyed=True), before)
+    assert resources == {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-c', 'MIG-b'], 'nvidia.com/mig-3g.40gb': ['MIG-d']}
+
+
+def test_device_plugin_mode_file(tmp_path):
+    path = tmp_path / 'mode.json'
+    assert device_plugin.read_mode(str(path)) == device_plugin.DEFAULT_MODE
+    path.write_text(json.dumps({'device_id_strategy': 'index'}))
+    assert device_plugin.read_mode(str(path)) == {'device_id_strategy': 'index', 'keep_destroyed': False}
+    path.write_text(json.dumps({'device_id_strategy': 'position'}))
+    with pytest.raises(ValueError, match='must be uuid or index'):
+        device_plugin.read_mode(str(path))
+    path.write_text(json.dumps({'keep_destroyd': True}))
+    with pytest.raises(ValueError, match='unknown setting'):
+        device_plugin.read_mode(str(path))
