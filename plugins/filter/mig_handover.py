@@ -25,6 +25,11 @@ def mig_handover_switch(pod_resources, switch, drain_fallback=False, repack=Fals
     return _call(handover.SwitchMode, switch, pod_resources, drain_fallback, repack).as_dict()
 
 
+def mig_handover_decision_retry(message, k8s, install_dependencies, drain_fallback):
+    """Whether a failed decision call may be retried after installing packages, or as a drain."""
+    return handover.decision_retry(message, k8s, install_dependencies, drain_fallback)
+
+
 def mig_handover_node(node, layout, components=handover.DEFAULT_COMPONENTS):
     """The node's start, rebooting and success patches and its components, from the node as found."""
     return _call(handover.NodeHandover, node, layout, components).as_dict()
@@ -33,6 +38,11 @@ def mig_handover_node(node, layout, components=handover.DEFAULT_COMPONENTS):
 def mig_handover_failure(node_handover, reason, gpu_changed):
     """The failed-change patch and whether to uncordon, from mig_handover_node's value."""
     return handover.failure(node_handover, reason, gpu_changed)
+
+
+def mig_handover_failure_outcome(failed, node, write_error=None, uncordon_error=None):
+    """What the node shows after a failed change (the end of the role's failure message)."""
+    return handover.failure_outcome(failed, node, write_error, uncordon_error)
 
 
 def mig_handover_evictions(pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node=''):
@@ -89,7 +99,9 @@ class FilterModule(object):
         return {
             'mig_handover_switch': mig_handover_switch,
             'mig_handover_node': mig_handover_node,
+            'mig_handover_decision_retry': mig_handover_decision_retry,
             'mig_handover_failure': mig_handover_failure,
+            'mig_handover_failure_outcome': mig_handover_failure_outcome,
             'mig_handover_evictions': mig_handover_evictions,
             'mig_handover_eviction_problem': mig_handover_eviction_problem,
             'mig_handover_paused_left': mig_handover_paused_left,

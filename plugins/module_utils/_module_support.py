@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import App
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import (
+    PODS_UNREADABLE,
     PodResourcesUnavailable,
     UnknownDeviceIds,
     allocations_of,
@@ -129,8 +130,7 @@ def read_pod_resources(module):
         devices = gpu_allocations(list_pod_devices(socket))
     except PodResourcesUnavailable as exc:
         why = 'pod_resources=required' if mode == 'required' else 'the socket exists, so this is a Kubernetes node'
-        module.fail_json(msg='which pods hold which GPU cannot be read (%s): %s. Nothing was changed. %s'
-                             % (why, exc, _OFF_HINT))
+        module.fail_json(msg='%s (%s): %s. Nothing was changed. %s' % (PODS_UNREADABLE, why, exc, _OFF_HINT))
     return devices, {'read': True}
 
 

@@ -23,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource, is_shared_resource, strip_replica
+from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import GRPC_MISSING, PODS_UNKNOWN, PODS_UNREADABLE
 
 CONFIG_LABEL = 'nvidia.com/mig.config'
 STATE_LABEL = 'nvidia.com/mig.config.state'
@@ -130,6 +131,28 @@ class SwitchMode(object):
 
     def as_dict(self):
         return {'mode': self.mode, 'reason': self.reason, 'problem': self.problem()}
+
+
+# The package missing_required_lib names when pynvml cannot be imported (_module_support.run_module).
+PYNVML_PACKAGE = 'nvidia-ml-py'
+
+
+def decision_retry(message, k8s, install_dependencies, drain_fallback):
+    """Whether the role may decide again after the decision call failed with ``message``, and how.
+
+    ``install_missing``: nvidia-ml-py or grpcio cannot be imported and the role may install them
+    (mig_layout_install_dependencies); ``drain_instead``: on a Kubernetes node whose pod-resources
+    cannot be read or name devices the host does not know, the user allowed a drain instead
+    (mig_layout_k8s_drain_fallback); ``pod_resources_off``: the retry decides without pod-resources
+    (it drains), which only a drain without a pending install does: with the package installed the
+    retry reads them. Neither: the failure stands.
+    """
+    message = message or ''
+    install_missing = bool(install_dependencies) and (PYNVML_PACKAGE in message or GRPC_MISSING in message)
+    drain_instead = bool(k8s) and bool(drain_fallback) and (PODS_UNREADABLE in message or PODS_UNKNOWN in message)
+    return {'install_missing': install_missing, 'drain_instead': drain_instead,
+            'pod_resources_off': drain_instead and not install_missing,
+            'retry': install_missing or drain_instead}
 
 
 def component_labels(components):
@@ -461,6 +484,28 @@ def failure(handover, reason, gpu_changed):
     labels[STATE_LABEL] = 'failed'
     return {'patch': {'metadata': {'labels': labels, 'annotations': annotations}},
             'uncordon': not handover['cordoned_by_others'] and not gpu_changed}
+
+
+def failure_outcome(failed, node, write_error=None, uncordon_error=None):
+    """What the node shows after a failed change, as the sentence that ends the role's failure message.
+
+    ``failed`` is failure()'s value; ``write_error`` the error of writing its patch (None: written),
+    ``uncordon_error`` that of uncordoning (None: uncordoned, or not tried). A write that failed is
+    said, and so is what the node may still show: the run's pending state and paused components.
+    """
+    state = 'nvidia.com/mig.config.state=failed'
+    if write_error is not None:
+        still = 'it may still say pending, with its GPU components paused'
+        if not failed['uncordon']:
+            still += ' and cordoned'
+        elif uncordon_error is not None:
+            still += '; uncordoning it failed too (%s)' % (uncordon_error or 'unknown error')
+        return 'writing %s to node %s also failed (%s): %s.' % (state, node, write_error or 'unknown error', still)
+    if not failed['uncordon']:
+        return 'the node stays cordoned with %s.' % state
+    if uncordon_error is not None:
+        return 'no GPU was changed; uncordoning node %s failed (%s), it says %s.' % (node, uncordon_error or 'unknown error', state)
+    return 'no GPU was changed, so the node is schedulable again, with %s.' % state
 
 
 def recovery(node, layout, components=DEFAULT_COMPONENTS):

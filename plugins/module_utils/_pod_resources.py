@@ -46,6 +46,12 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import
 
 DEFAULT_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock'
 
+# Words of the failures a caller may act on (the mig_layout role installs grpcio, or drains instead:
+# _node_handover.decision_retry); each is written here once and read from here.
+GRPC_MISSING = 'needs the Python package grpcio'
+PODS_UNREADABLE = 'which pods hold which GPU cannot be read'
+PODS_UNKNOWN = 'which instances pods hold is unknown'
+
 # Full method names: package "v1", service "PodResourcesLister".
 LIST_METHOD = '/v1.PodResourcesLister/List'
 ALLOCATABLE_METHOD = '/v1.PodResourcesLister/GetAllocatableResources'
@@ -320,9 +326,8 @@ def _import_grpc():
         import grpc
     except ImportError as exc:
         raise PodResourcesUnavailable(
-            'reading the kubelet pod-resources API needs the Python package grpcio, which cannot be imported '
-            '(%s): install it for the Python interpreter that runs this (pip install grpcio, or the '
-            'distribution package python3-grpcio)' % exc)
+            'reading the kubelet pod-resources API %s, which cannot be imported (%s): install it for the Python '
+            'interpreter that runs this (pip install grpcio, or the distribution package python3-grpcio)' % (GRPC_MISSING, exc))
     return grpc
 
 
@@ -649,8 +654,8 @@ def allocations_of(host, pod_devices, pid_pods=None):
         raise UnknownDeviceIds(
             'the kubelet lists device(s) %s that match no GPU UUID, MIG device UUID, GPU index, <gpu>:<mig device> '
             'index or GPU DRA device (gpu-<minor>, gpu-<minor>-mig-...) on this host (an id scheme this collection does '
-            'not understand, or a device that is gone%s): which instances pods hold is unknown, so nothing is planned'
-            % (', '.join(unknown), minors))
+            'not understand, or a device that is gone%s): %s, so nothing is planned'
+            % (', '.join(unknown), minors, PODS_UNKNOWN))
     for gpu in host['gpus'] if pid_pods else []:
         places = [(None, p['pid']) for p in gpu.get('processes') or []]
         places.extend((gi['id'], p['pid']) for gi in gpu['gpu_instances'] for ci in gi['compute_instances'] for p in ci['processes'])

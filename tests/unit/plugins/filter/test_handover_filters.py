@@ -19,8 +19,9 @@ FILTERS = FilterModule().filters()
 def test_filters_are_registered_and_documented():
     import os
     names = sorted(FILTERS)
-    assert names == ['mig_handover_advertised', 'mig_handover_allocatable_short', 'mig_handover_event',
-                     'mig_handover_eviction_problem', 'mig_handover_evictions', 'mig_handover_failure', 'mig_handover_layout',
+    assert names == ['mig_handover_advertised', 'mig_handover_allocatable_short', 'mig_handover_decision_retry', 'mig_handover_event',
+                     'mig_handover_eviction_problem', 'mig_handover_evictions', 'mig_handover_failure', 'mig_handover_failure_outcome',
+                     'mig_handover_layout',
                      'mig_handover_node', 'mig_handover_paused_left',
                      'mig_handover_pods_left', 'mig_handover_recovery', 'mig_handover_switch']
     from ansible_collections.gpufleet.mig.plugins.filter import mig_handover
@@ -45,6 +46,10 @@ def test_values_are_plain_data():
     handover = FILTERS['mig_handover_node'](node({'nvidia.com/gpu.deploy.device-plugin': 'true'}), 'night', ['device-plugin'])
     assert handover['components']['pause'] == {'nvidia.com/gpu.deploy.device-plugin': 'paused-for-mig-change'}
     assert FILTERS['mig_handover_failure'](handover, 'why', False)['uncordon']
+    assert FILTERS['mig_handover_decision_retry']('which instances pods hold is unknown', True, False, True)['pod_resources_off']
+    assert FILTERS['mig_handover_failure_outcome']({'uncordon': False}, 'n', 'HTTP 403') == (
+        'writing nvidia.com/mig.config.state=failed to node n also failed (HTTP 403): it may still say pending, with its GPU '
+        'components paused and cordoned.')
     plan = FILTERS['mig_handover_evictions']([pod('a'), pod('b', owner='DaemonSet')], 'in_place', ['ml/a', 'ml/b'], node='n')
     assert [p['name'] for p in plan['evict']] == ['a'] and plan['problem']
     assert FILTERS['mig_handover_eviction_problem']([{'pod': 'ml/a', 'allowed': True}]) is None

@@ -315,6 +315,61 @@ def test_failure_keeps_the_cordon_only_when_a_gpu_may_have_changed():
     assert len(h.failure(found, 'x' * 5000, True)['patch']['metadata']['annotations'][h.FAILURE_ANNOTATION]) == 4096
 
 
+def test_failure_outcome_says_what_the_node_shows():
+    kept = {'uncordon': False}
+    handed_back = {'uncordon': True}
+    assert h.failure_outcome(kept, 'n1') == 'the node stays cordoned with nvidia.com/mig.config.state=failed.'
+    assert h.failure_outcome(handed_back, 'n1') == (
+        'no GPU was changed, so the node is schedulable again, with nvidia.com/mig.config.state=failed.')
+    assert h.failure_outcome(handed_back, 'n1', uncordon_error='HTTP 409') == (
+        'no GPU was changed; uncordoning node n1 failed (HTTP 409), it says nvidia.com/mig.config.state=failed.')
+    # The failed state could not be written: said, with what the node may still show.
+    assert h.failure_outcome(kept, 'n1', write_error='HTTP 403 forbidden') == (
+        'writing nvidia.com/mig.config.state=failed to node n1 also failed (HTTP 403 forbidden): it may still say pending, '
+        'with its GPU components paused and cordoned.')
+    assert h.failure_outcome(handed_back, 'n1', write_error='timeout') == (
+        'writing nvidia.com/mig.config.state=failed to node n1 also failed (timeout): it may still say pending, '
+        'with its GPU components paused.')
+    assert h.failure_outcome(handed_back, 'n1', write_error='timeout', uncordon_error='') == (
+        'writing nvidia.com/mig.config.state=failed to node n1 also failed (timeout): it may still say pending, '
+        'with its GPU components paused; uncordoning it failed too (unknown error).')
+    assert h.failure_outcome(kept, 'n1', write_error='') == (
+        'writing nvidia.com/mig.config.state=failed to node n1 also failed (unknown error): it may still say pending, '
+        'with its GPU components paused and cordoned.')
+
+
+def test_decision_retry_installs_a_missing_package_or_drains_where_allowed():
+    unreadable = ('which pods hold which GPU cannot be read (pod_resources=required): connection refused. Nothing was '
+                  'changed. Set pod_resources=off ...')
+    pynvml = "Failed to import the required Python library (nvidia-ml-py) on host's Python /usr/bin/python3."
+    grpc = ('which pods hold which GPU cannot be read (the socket exists, so this is a Kubernetes node): reading the '
+            'kubelet pod-resources API needs the Python package grpcio, which cannot be imported (No module named grpc): ...')
+    unknown = 'the kubelet lists device(s) 9:9 that match no ...: which instances pods hold is unknown, so nothing is planned'
+    no = {'install_missing': False, 'drain_instead': False, 'pod_resources_off': False, 'retry': False}
+    assert h.decision_retry(pynvml, False, True, False) == dict(no, install_missing=True, retry=True)
+    assert h.decision_retry(pynvml, True, False, True) == no
+    assert h.decision_retry(unreadable, True, True, True) == dict(no, drain_instead=True, pod_resources_off=True, retry=True)
+    assert h.decision_retry(unknown, True, False, True) == dict(no, drain_instead=True, pod_resources_off=True, retry=True)
+    # A drain only on a Kubernetes node, and only when the user allowed it.
+    assert h.decision_retry(unreadable, False, True, True) == no
+    assert h.decision_retry(unreadable, True, True, False) == no
+    # grpcio missing: installed first, then the retry reads the pod-resources (no drain).
+    assert h.decision_retry(grpc, True, True, True) == {'install_missing': True, 'drain_instead': True,
+                                                         'pod_resources_off': False, 'retry': True}
+    assert h.decision_retry(grpc, True, False, True) == dict(no, drain_instead=True, pod_resources_off=True, retry=True)
+    assert h.decision_retry('GPU 0: NVML_ERROR_UNKNOWN', True, True, True) == no
+    assert h.decision_retry(None, True, True, True) == no
+
+
+def test_decision_retry_reads_the_words_the_producers_write():
+    from ansible_collections.gpufleet.mig.plugins.module_utils import _pod_resources as pr
+    host = {'gpus': [{'index': 0, 'uuid': 'GPU-0', 'minor_number': 0, 'gpu_instances': [], 'processes': []}]}
+    with pytest.raises(pr.UnknownDeviceIds) as unknown:
+        pr.allocations_of(host, [{'namespace': 'ml', 'pod': 'a', 'container': 'c', 'resource': 'nvidia.com/gpu',
+                                  'device_ids': ['GPU-gone']}])
+    assert h.decision_retry(str(unknown.value), True, False, True)['drain_instead']
+
+
 def test_no_node_refused():
     with pytest.raises(h.HandoverError):
         h.NodeHandover({}, 'daytime')
