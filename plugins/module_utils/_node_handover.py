@@ -208,7 +208,9 @@ class EvictionPlan(object):
 
     ``pods`` are the node's Pod objects (after the cordon). In place, the pods the host's decision
     names (``namespace/name`` or ``uid:<uid>``: pods on instances that go); drain, every running pod
-    that requests a GPU resource. A pod that a paused component's label schedules goes with the pause.
+    that requests a GPU resource; reboot, every running pod but the DaemonSets' and static pods (what
+    ``kubectl drain --ignore-daemonsets`` moves: a reboot ends them all, and those two come back with
+    the node). A pod that a paused component's label schedules goes with the pause.
     A pod is refused, by name, before anything is evicted, when an eviction cannot move it as
     ``kubectl drain`` would not: a static (mirror) pod, a DaemonSet pod (its DaemonSet places it again
     at once), a pod with no controller (unless ``force``: ``kubectl drain --force``) or with emptyDir
@@ -217,7 +219,7 @@ class EvictionPlan(object):
     """
 
     def __init__(self, pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node=''):
-        if mode not in ('in_place', 'drain', 'repack'):
+        if mode not in ('in_place', 'drain', 'repack', 'reboot'):
             raise HandoverError('no switch mode to plan evictions with: %r' % (mode,))
         self.mode = mode
         self.node = node
@@ -229,6 +231,9 @@ class EvictionPlan(object):
             chosen, unknown = [], []
         elif mode == 'drain':
             chosen, unknown = [pod for pod in running if pod_key(pod) in self.gpu_pods], []
+        elif mode == 'reboot':
+            stays = set(pods_in_the_way_of_reboot(running)) - stays_paused
+            chosen, unknown = [pod for pod in running if pod_key(pod) in stays], []
         else:
             named = set(pods_to_evict or ())
             chosen, found = [], set()
@@ -273,8 +278,12 @@ class EvictionPlan(object):
         """Why nobody may be evicted, naming every refused pod, or None."""
         if not self.refused:
             return None
+        refused = '; '.join('%s: %s' % (r['pod'], r['reason']) for r in self.refused)
+        if self.mode == 'reboot':
+            return ('pod(s) the reboot would end cannot be moved from node %s, so nobody was evicted and the host was not '
+                    'rebooted: %s' % (self.node, refused))
         return ('pod(s) on instances that go cannot be moved from node %s, so nobody was evicted and no GPU was changed: %s'
-                % (self.node, '; '.join('%s: %s' % (r['pod'], r['reason']) for r in self.refused)))
+                % (self.node, refused))
 
     def as_dict(self):
         return {'mode': self.mode, 'gpu_pods': self.gpu_pods, 'evict': self.evict, 'refused': self.refused,

@@ -95,6 +95,22 @@ def test_drain_evicts_every_running_gpu_pod_but_not_finished_or_cpu_pods():
     assert [p['name'] for p in plan.evict] == ['a', 'shared']
 
 
+def test_reboot_evicts_every_running_pod_a_drain_moves():
+    pods = [pod('a'), pod('cpu', gpu=None), pod('done', gpu=None, phase='Succeeded'), pod('ds', owner='DaemonSet'),
+            pod('static', owner='Node'), pod('mirror', owner=None, annotations={'kubernetes.io/config.mirror': 'abc'})]
+    plan = h.EvictionPlan(pods, 'reboot', node=NODE)
+    # DaemonSet and static pods come back with the node: left alone, not refused (kubectl drain --ignore-daemonsets).
+    assert [p['name'] for p in plan.evict] == ['a', 'cpu'] and plan.refused == [] and plan.problem() is None
+    assert plan.gpu_pods == ['ml/a', 'ml/ds', 'ml/mirror', 'ml/static']
+    # A bare pod or emptyDir data only with the user's consent, as kubectl drain --force --delete-emptydir-data.
+    bare = h.EvictionPlan(pods + [pod('bare', owner=None, gpu=None)], 'reboot', node=NODE)
+    assert [r['pod'] for r in bare.refused] == ['ml/bare']
+    assert bare.problem().startswith('pod(s) the reboot would end cannot be moved from node gpu-1, so nobody was evicted '
+                                     'and the host was not rebooted: ml/bare: no controller')
+    assert [p['name'] for p in h.EvictionPlan(pods + [pod('bare', owner=None, gpu=None)], 'reboot', force=True).evict] == [
+        'a', 'bare', 'cpu']
+
+
 def test_repack_evicts_nobody():
     plan = h.EvictionPlan([pod('a')], 'repack', ['ml/a'])
     assert plan.evict == [] and plan.refused == [] and plan.gpu_pods == ['ml/a']
