@@ -370,8 +370,8 @@ def test_decision_retry_installs_a_missing_package_or_drains_where_allowed():
     assert h.decision_retry(unreadable, False, True, True) == no
     assert h.decision_retry(unreadable, True, True, False) == no
     # grpcio missing: installed first, then the retry reads the pod-resources (no drain).
-    assert h.decision_retry(grpc, True, True, True) == {'install_missing': True, 'drain_instead': True,
-                                                         'pod_resources_off': False, 'retry': True}
+    both = {'install_missing': True, 'drain_instead': True, 'pod_resources_off': False, 'retry': True}
+    assert h.decision_retry(grpc, True, True, True) == both
     assert h.decision_retry(grpc, True, False, True) == dict(no, drain_instead=True, pod_resources_off=True, retry=True)
     assert h.decision_retry('GPU 0: NVML_ERROR_UNKNOWN', True, True, True) == no
     assert h.decision_retry(None, True, True, True) == no
