@@ -25,12 +25,12 @@ The bearer token is sent in the Authorization header only: never logged, never o
 
 Event:
   mig_pending_pods:
-    requests:            # every unschedulable MIG pod still pending, sorted by namespace and name
-      - namespace: team-a
-        pod: train-0
+    requests:            # every unschedulable MIG pod still pending, sorted by namespace/name; the shape
+                         # the filter gpufleet.mig.mig_demand_plan takes as its pending pods
+      - pod: team-a/train-0         # namespace/name
         priority: 1000              # spec.priority (0 when unset)
         priority_class: training    # spec.priorityClassName ('' when unset)
-        profiles: {"1g.10gb": 2}    # MIG profile -> instances the pod requests (gpufleet's profile names)
+        requests: {"1g.10gb": 2}    # MIG profile -> instances the pod needs at once (gpufleet's profile names)
         created: "2026-12-03T22:00:00Z"
     new: ["team-a/train-0"]  # the pods of this burst
     burst_seconds: 10.0      # from the burst's first pod to the event
@@ -50,122 +50,28 @@ import base64
 import json
 import logging
 import os
-import re
 import ssl
 import sys
 import tempfile
 
 try:
-    from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import profile_of_resource, is_shared_resource
+    from ansible_collections.gpufleet.mig.plugins.module_utils._pending_pods import pending_mig_request, pod_key
 except ImportError:
     # ansible-rulebook runs this file with runpy, outside Ansible's collection loader: the collection's own
     # module_utils are importable once the folder holding ansible_collections/ is on the path (this file is
     # ansible_collections/gpufleet/mig/extensions/eda/plugins/event_source/mig_pending_pods.py).
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 7)))
-    from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import profile_of_resource, is_shared_resource
+    from ansible_collections.gpufleet.mig.plugins.module_utils._pending_pods import pending_mig_request, pod_key
 
 LOG = logging.getLogger(__name__)
 
 EVENT_KEY = 'mig_pending_pods'
 DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300}
 SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
-_COUNT = re.compile(r'^[0-9]+\Z')
 
 
 class SourceError(Exception):
     """A setting or an answer of the API server this source cannot work with (one line, no secret in it)."""
-
-
-# ---- which pod counts (pure) ------------------------------------------------------------------------------
-
-def _count(quantity):
-    """An extended resource's quantity: a whole number (the API server refuses any other), else None."""
-    text = str(quantity).strip()
-    return int(text) if _COUNT.match(text) else None
-
-
-def _container_mig(container):
-    """{resource name: count} of one container's MIG resources (not the time-sliced '.shared' ones: a new
-    instance would not add replicas in a known number). An extended resource given only as a limit is
-    requested at that limit (Kubernetes' "Resource Management for Pods and Containers": requests default
-    to limits, and extended resources cannot be overcommitted)."""
-    resources = container.get('resources') or {}
-    merged = dict(resources.get('limits') or {})
-    merged.update(resources.get('requests') or {})
-    wanted = {}
-    for name, quantity in merged.items():
-        if profile_of_resource(name) is None or is_shared_resource(name):
-            continue
-        count = _count(quantity)
-        if count:
-            wanted[name] = count
-    return wanted
-
-
-def pod_mig_resources(spec):
-    """{resource name: count} the pod needs at once: its containers and restartable init containers
-    (sidecars) together, or the largest plain init container if that is more (the pod's effective request,
-    Kubernetes docs "Init Containers" > "Resource sharing within containers" and "Sidecar containers")."""
-    total = {}
-    for container in spec.get('containers') or []:
-        for name, count in _container_mig(container).items():
-            total[name] = total.get(name, 0) + count
-    init_peaks = {}
-    for container in spec.get('initContainers') or []:
-        for name, count in _container_mig(container).items():
-            if container.get('restartPolicy') == 'Always':
-                total[name] = total.get(name, 0) + count
-            else:
-                init_peaks[name] = max(init_peaks.get(name, 0), count)
-    for name, count in init_peaks.items():
-        total[name] = max(total.get(name, 0), count)
-    return total
-
-
-def _unschedulable_message(status):
-    """The PodScheduled condition's message when the scheduler marked the pod Unschedulable, else None."""
-    for condition in status.get('conditions') or []:
-        if condition.get('type') == 'PodScheduled':
-            if condition.get('status') == 'False' and condition.get('reason') == 'Unschedulable':
-                return condition.get('message') or ''
-            return None
-    return None
-
-
-def pod_key(pod):
-    metadata = pod.get('metadata') or {}
-    return '%s/%s' % (metadata.get('namespace', ''), metadata.get('name', ''))
-
-
-def pending_mig_request(pod):
-    """The MIG request of a pod that waits for lack of a MIG resource, or None for any other pod.
-
-    Such a pod is Pending, bound to no node, its PodScheduled condition False with reason Unschedulable
-    (the scheduler's mark, Kubernetes docs "Pod Lifecycle" > "Pod conditions"), and the scheduler's message
-    names one of the pod's MIG resources as insufficient: the NodeResourcesFit plugin writes
-    "Insufficient <resource>" (kubernetes pkg/scheduler/framework/plugins/noderesources/fit.go), also when
-    no node advertises the resource at all. A pod that waits for another reason (taints, affinity, quota)
-    would not be placed by new instances, so it does not count.
-    """
-    spec = pod.get('spec') or {}
-    status = pod.get('status') or {}
-    if status.get('phase') != 'Pending' or spec.get('nodeName'):
-        return None
-    message = _unschedulable_message(status)
-    if message is None:
-        return None
-    resources = pod_mig_resources(spec)
-    if not any(('Insufficient ' + name) in message for name in resources):
-        return None
-    metadata = pod.get('metadata') or {}
-    return {
-        'namespace': metadata.get('namespace', ''),
-        'pod': metadata.get('name', ''),
-        'priority': int(spec.get('priority') or 0),
-        'priority_class': spec.get('priorityClassName') or '',
-        'profiles': dict(sorted((profile_of_resource(name), count) for name, count in resources.items())),
-        'created': metadata.get('creationTimestamp', ''),
-    }
 
 
 # ---- one event per burst (pure) ---------------------------------------------------------------------------

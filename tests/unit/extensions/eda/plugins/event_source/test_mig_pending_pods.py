@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The event source mig_pending_pods: which pod counts, one event per burst, settings and connections."""
+"""The event source mig_pending_pods: one event per burst, settings and connections (which pod counts:
+tests/unit/plugins/module_utils/test_pending_pods.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,75 +12,7 @@ import base64
 import pytest
 
 from ansible_collections.gpufleet.mig.extensions.eda.plugins.event_source import mig_pending_pods as source
-from ansible_collections.gpufleet.mig.tests.unit.extensions.eda.plugins.event_source.pods import pod
-
-
-# ---- which pod counts -------------------------------------------------------------------------------------
-
-def test_unschedulable_mig_pod_is_a_request_with_profile_counts_and_priority():
-    request = source.pending_mig_request(pod('train-0', {'nvidia.com/mig-1g.10gb': '2', 'cpu': '4'},
-                                             priority=1000, priority_class='training'))
-    assert request == {'namespace': 'team-a', 'pod': 'train-0', 'priority': 1000, 'priority_class': 'training',
-                       'profiles': {'1g.10gb': 2}, 'created': '2026-12-03T22:00:00Z'}
-
-
-def test_profile_names_use_the_collections_grammar_through_the_one_resource_parser():
-    request = source.pending_mig_request(pod('p', {'nvidia.com/mig-1g.10gb.me': '1'}))
-    assert request['profiles'] == {'1g.10gb+me': 1}
-
-
-def test_unset_priority_is_zero_and_class_empty():
-    request = source.pending_mig_request(pod('p'))
-    assert (request['priority'], request['priority_class']) == (0, '')
-
-
-@pytest.mark.parametrize('kwargs', [
-    {'phase': 'Running'},
-    {'node_name': 'gpu-1'},
-    {'scheduled': ('True', '')},
-    {'scheduled': ('False', 'SchedulingGated')},
-    {'scheduled': ()},
-    {'resources': {'nvidia.com/gpu': '1'}},
-    {'resources': {'nvidia.com/mig-1g.10gb.shared': '1'}},
-    {'resources': {'nvidia.com/mig-1g.10gb': '0'}},
-    {'resources': {'nvidia.com/mig-1g.10gb': '500m'}},
-    {'resources': {'example.com/fpga': '1'}},
-    # Unschedulable for another reason: new MIG instances would not place it.
-    {'message': '0/3 nodes are available: 3 node(s) had untolerated taint {team: b}.'},
-])
-def test_pods_that_do_not_wait_for_a_mig_slice_do_not_count(kwargs):
-    assert source.pending_mig_request(pod('p', **kwargs)) is None
-
-
-def test_the_message_must_name_one_of_the_pods_own_mig_resources():
-    other = pod('p', {'nvidia.com/mig-3g.40gb': '1'}, message='0/3 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb.')
-    assert source.pending_mig_request(other) is None
-
-
-def test_mixed_reasons_still_count_when_one_is_a_missing_mig_resource():
-    mixed = pod('p', message='0/3 nodes are available: 1 node(s) had untolerated taint {a: b}, 2 Insufficient nvidia.com/mig-1g.10gb.')
-    assert source.pending_mig_request(mixed)['profiles'] == {'1g.10gb': 1}
-
-
-def test_a_limit_alone_is_the_request():
-    assert source.pending_mig_request(pod('p', {'nvidia.com/mig-2g.20gb': '3'}, limits_only=True))['profiles'] == {'2g.20gb': 3}
-
-
-def test_containers_add_up_and_the_largest_plain_init_container_counts_when_larger():
-    spec = pod('p', {'nvidia.com/mig-1g.10gb': '1'})['spec']
-    spec['containers'].append({'name': 'b', 'resources': {'limits': {'nvidia.com/mig-1g.10gb': '1'}}})
-    spec['initContainers'] = [
-        {'name': 'warm', 'resources': {'limits': {'nvidia.com/mig-1g.10gb': '3', 'nvidia.com/mig-3g.40gb': '1'}}},
-        {'name': 'small', 'resources': {'limits': {'nvidia.com/mig-1g.10gb': '1'}}},
-    ]
-    assert source.pod_mig_resources(spec) == {'nvidia.com/mig-1g.10gb': 3, 'nvidia.com/mig-3g.40gb': 1}
-
-
-def test_sidecar_init_containers_add_to_the_containers():
-    spec = pod('p', {'nvidia.com/mig-1g.10gb': '1'})['spec']
-    spec['initContainers'] = [{'name': 'side', 'restartPolicy': 'Always',
-                               'resources': {'limits': {'nvidia.com/mig-1g.10gb': '1'}}}]
-    assert source.pod_mig_resources(spec) == {'nvidia.com/mig-1g.10gb': 2}
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.pods import pod
 
 
 # ---- one event per burst ----------------------------------------------------------------------------------
@@ -95,7 +28,7 @@ def test_a_burst_gives_one_event_after_the_quiet_period_with_every_pod():
     assert d.take_event(13.9) is None
     assert d.seconds_until_due(4) == 10
     event = d.take_event(14)
-    assert [r['pod'] for r in event['mig_pending_pods']['requests']] == ['a', 'b']
+    assert [r['pod'] for r in event['mig_pending_pods']['requests']] == ['team-a/a', 'team-a/b']
     assert event['mig_pending_pods']['new'] == ['team-a/a', 'team-a/b']
     assert event['mig_pending_pods']['burst_seconds'] == 14
     assert d.take_event(100) is None and d.seconds_until_due(100) is None
@@ -119,7 +52,7 @@ def test_updates_of_pods_already_told_open_no_burst_and_a_new_pod_tells_all_stil
     assert d.seconds_until_due(20) is None
     d.update(pod('b'), 30)
     event = d.take_event(40)
-    assert [r['pod'] for r in event['mig_pending_pods']['requests']] == ['a', 'b']
+    assert [r['pod'] for r in event['mig_pending_pods']['requests']] == ['team-a/a', 'team-a/b']
     assert event['mig_pending_pods']['new'] == ['team-a/b']
 
 
