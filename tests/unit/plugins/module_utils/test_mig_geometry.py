@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 import random
 import re
@@ -18,7 +17,6 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import mig_fleet_map
 from ansible_collections.gpufleet.mig.plugins.module_utils import _layout_metrics
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
     concrete_instances,
@@ -189,7 +187,7 @@ def metric(text, name):
 
 
 @pytest.mark.parametrize('instances, stranded, fragmentation', [(CHURNED, 1, 0.5), (DAYTIME, 0, 0.0)])
-def test_facts_metrics_map_and_repack_read_the_same_figures(instances, stranded, fragmentation):
+def test_facts_metrics_and_repack_read_the_same_figures(instances, stranded, fragmentation):
     gpu = with_instances(model_gpu('A100-SXM4-80GB'), instances)
     gpu.update(index=0, processes=[], busy=False)
     facts = nvidia_mig_facts.gpu_facts(gpu)
@@ -197,9 +195,8 @@ def test_facts_metrics_map_and_repack_read_the_same_figures(instances, stranded,
     text = _layout_metrics.render({'gpus': [gpu]}, 'daytime', {}, None)
     assert metric(text, 'gpufleet_mig_stranded_slices') == stranded
     assert metric(text, 'gpufleet_mig_fragmentation_ratio') == fragmentation
-    page = mig_fleet_map([{'host': 'h', 'layout': None, 'gpus': [facts]}])
-    drawn = json.loads(re.search(r'<script type="application/json" id="fleet-data">(.*?)</script>', page).group(1))
-    assert drawn['h'][0][5][0][8][1:4:2] == [stranded, fragmentation]   # the map's stranded slices and fragmentation
+    # the fleet map's reading of the same facts: tests/unit/plugins/filter/test_mig_fleet_map.py (a filter plugin
+    # needs the controller's ansible package, which ansible-test's module_utils unit run does not have)
     thresholds = {'fragmentation_above': 0.25, 'stranded_above': 0}
     status = nvidia_mig_repack.plan_repack(gpu, {}, thresholds)[0]
     assert status == ('repacked' if stranded else 'below_threshold')
