@@ -195,9 +195,22 @@ def test_facts_metrics_and_repack_read_the_same_figures(instances, stranded, fra
     text = _layout_metrics.render({'gpus': [gpu]}, 'daytime', {}, None)
     assert metric(text, 'gpufleet_mig_stranded_slices') == stranded
     assert metric(text, 'gpufleet_mig_fragmentation_ratio') == fragmentation
+    placeable = dict((m.group(1), float(m.group(2))) for m in re.finditer(
+        r'(?m)^gpufleet_mig_placeable_instances\{gpu="0",model="[^"]+",profile="([^"]+)",uuid="[^"]+"\} (\S+)$', text))
+    assert placeable == facts['placeable'] and len(placeable) == len(gpu['profiles'])
     # the fleet map's reading of the same facts: tests/unit/plugins/filter/test_mig_fleet_map.py (a filter plugin
     # needs the controller's ansible package, which ansible-test's module_utils unit run does not have)
     thresholds = {'fragmentation_above': 0.25, 'stranded_above': 0}
     status = nvidia_mig_repack.plan_repack(gpu, {}, thresholds)[0]
     assert status == ('repacked' if stranded else 'below_threshold')
     assert nvidia_mig_repack.plan_repack(gpu, {}, {'fragmentation_above': fragmentation, 'stranded_above': stranded})[0] == 'below_threshold'
+
+
+def test_the_placeable_gauge_counts_more_instances_per_profile():
+    # 1g at slices 0, 3 and 6 of an A100-80GB: four more 1g fit (1, 2, 4, 5), one 2g (4-5), no 3g, 4g or 7g.
+    gpu = with_instances(model_gpu('A100-SXM4-80GB'), CHURNED)
+    gpu.update(index=0, processes=[], busy=False)
+    text = _layout_metrics.render({'gpus': [gpu]}, 'daytime', {}, None)
+    for profile, count in (('1g.10gb', 4), ('2g.20gb', 1), ('3g.40gb', 0), ('4g.40gb', 0), ('7g.80gb', 0)):
+        assert re.search(r'(?m)^gpufleet_mig_placeable_instances\{gpu="0",model="[^"]+",profile="%s",uuid="[^"]+"\} %d$'
+                         % (re.escape(profile), count), text), (profile, count)
