@@ -28,19 +28,6 @@ DAY = {'daytime': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.1
 OFF = {'all-disabled': [{'devices': 'all', 'mig-enabled': False}]}
 
 
-@pytest.fixture
-def host_paths(tmp_path):
-    root = tmp_path / 'root'
-    return {
-        'config_dir': str(root / 'etc' / 'gpufleet-mig'),
-        'lib_dir': str(root / 'usr' / 'local' / 'lib' / 'gpufleet-mig'),
-        'bin_dir': str(root / 'usr' / 'local' / 'sbin'),
-        'systemd_dir': str(root / 'etc' / 'systemd' / 'system'),
-        'metrics_dir': str(root / 'metrics'),
-        'systemd': False,
-    }
-
-
 def layout_args(host_paths, config, **extra):
     args = dict(host_paths, name=sorted(config)[0], config=config)
     args.update(extra)
