@@ -226,9 +226,11 @@ def _best_placement(catalog, occupancy, specs):
 
     def place(position, occ):
         if position == len(order):
-            candidate = (_score(catalog, occ), [-s for s in starts])
-            if best[0] is None or candidate > best[0]:
-                best[0] = (candidate[0], list(candidate[1]))
+            # Ties go to the lowest starts, compared in ``order`` (not the caller's order of specs), so that
+            # the same instances land in the same places however they were listed.
+            candidate = (_score(catalog, occ), [-starts[i] for i in order])
+            if best[0] is None or candidate > best[0][0]:
+                best[0] = (candidate, list(starts))
             return
         index = order[position]
         profile = catalog.get(specs[index].profile)
@@ -246,7 +248,7 @@ def _best_placement(catalog, occupancy, specs):
     place(0, occupancy)
     if best[0] is None:
         return None
-    return best[0][0], [-s for s in best[0][1]]
+    return best[0][0][0], best[0][1]
 
 
 def plan_gpu(gpu, instances, repack=False, allocated=None, evictable=False):
