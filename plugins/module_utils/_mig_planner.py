@@ -38,6 +38,7 @@ __metaclass__ = type
 
 import itertools
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
     Catalog,
     Occupancy,
@@ -51,7 +52,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import M
 DEFERRED_NOTE = 'instances planned after MIG is enabled (NVML describes the profiles only then)'
 
 
-class PlanningError(ValueError):
+class PlanningError(GpufleetError, ValueError):
     """A request that cannot be planned; the message names the GPU and the cause."""
 
 
