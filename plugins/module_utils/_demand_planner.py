@@ -46,6 +46,7 @@ import hashlib
 import itertools
 import json
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import profile_of_resource
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
     Catalog,
@@ -65,7 +66,7 @@ _EXISTING, _CREATE, _DESTROY_IDLE, _EVICT = 0, 1, 2, 3
 _STAGE_DISRUPTION = {_EXISTING: 'none', _CREATE: 'create-only', _DESTROY_IDLE: 'destroy-idle', _EVICT: 'evict'}
 
 
-class DemandPlanError(ValueError):
+class DemandPlanError(GpufleetError, ValueError):
     """Input the demand planner cannot use; the message is one line naming what and where."""
 
 
