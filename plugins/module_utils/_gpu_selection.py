@@ -12,10 +12,12 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+
 _PCI_DEVICE_ID_RE = re.compile(r'^0x[0-9a-fA-F]{8}$')
 
 
-class SelectionError(ValueError):
+class SelectionError(GpufleetError, ValueError):
     """A selector that is malformed or matches no GPU."""
 
 
