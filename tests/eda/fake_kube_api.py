@@ -12,7 +12,8 @@ changes", "Watch bookmarks", "Resource versions"; API reference Pod v1 "list"/"w
   cacher); a version older than the last compaction is an ERROR event whose object is a Status with
   code 410 ("too old resource version"), after which the client must list again;
 - without "Authorization: Bearer <token>": 401 with a Status.
-The test drives it: ``add``/``modify`` pods, ``compact`` (expire every version so far), ``requests``.
+The test drives it: ``put`` pods (added or changed), ``compact`` (expire every version so far), and reads
+``requests`` (each query) and ``paths``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -40,7 +41,8 @@ class FakeKubeAPI(object):
         self.epoch = 0            # compactions so far: a watch opened before one ends with 410
         self.pods = {}            # key -> pod (latest)
         self.changes = []         # (version, type, pod before, pod after)
-        self.requests = []        # (path, query) of every request
+        self.requests = []        # the query of every request
+        self.paths = []           # and its path
         self.cond = threading.Condition()
         self.server = ThreadingHTTPServer(('127.0.0.1', 0), self._handler())
         self.server.daemon_threads = True
@@ -87,14 +89,14 @@ class FakeKubeAPI(object):
         if not pod:
             return False
         for term in filter(None, (selector or '').split(',')):
-            field, _, value = term.partition('=')
+            field, dummy, value = term.partition('=')
             if field == 'status.phase' and pod.get('status', {}).get('phase') != value:
                 return False
         return True
 
     def _list(self, selector):
         with self.cond:
-            items = [pod for _, pod in sorted(self.pods.items()) if self._matches(pod, selector)]
+            items = [pod for key, pod in sorted(self.pods.items()) if self._matches(pod, selector)]
             return {'kind': 'PodList', 'apiVersion': 'v1', 'metadata': {'resourceVersion': str(self.version)},
                     'items': items}
 
@@ -135,7 +137,8 @@ class FakeKubeAPI(object):
             def do_GET(self):
                 parsed = urlparse(self.path)
                 query = dict((k, v[0]) for k, v in parse_qs(parsed.query).items())
-                api.requests.append((parsed.path, query))
+                api.requests.append(query)
+                api.paths.append(parsed.path)
                 if self.headers.get('Authorization') != 'Bearer ' + api.token:
                     return self._send_json(401, _status(401, 'Unauthorized', 'Unauthorized'))
                 if parsed.path != '/api/v1/pods':
