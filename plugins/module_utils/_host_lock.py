@@ -21,16 +21,18 @@ import os
 import stat
 import time
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 
-class LockTimeout(Exception):
+
+class LockTimeout(GpufleetError):
     """The lock stayed held by another run for longer than allowed."""
 
 
-class UnsafeLockPath(Exception):
+class UnsafeLockPath(GpufleetError):
     """The lock's folder is not a real folder owned by this user and closed to others."""
 
 
-class LockPermissionDenied(Exception):
+class LockPermissionDenied(GpufleetError):
     """This user may not create or open the lock: on a real host it is root's."""
 
 

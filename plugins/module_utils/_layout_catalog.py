@@ -30,6 +30,7 @@ __metaclass__ = type
 import difflib
 import re
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, expand_layout
@@ -55,7 +56,7 @@ MAX_COMPUTE_SLICES = 7
 _PROFILE_HINT = 'a MIG profile such as 1g.10gb or 1c.3g.40gb, or a model-agnostic shape such as 1g or 1c.3g'
 
 
-class LayoutConfigError(ValueError):
+class LayoutConfigError(GpufleetError, ValueError):
     """A mig-parted config that cannot be used; the message says where and why."""
 
 

@@ -34,6 +34,8 @@ _HELP = (
      'Free memory slices unusable as the instances are placed that the best rearrangement of them would make usable.'),
     ('gpufleet_mig_largest_placeable_slices', 'gauge', 'Memory slices of the largest profile that still fits (0: none).'),
     ('gpufleet_mig_largest_placeable_info', 'gauge', 'The largest profile that still fits, as a label.'),
+    ('gpufleet_mig_placeable_instances', 'gauge',
+     'How many more GPU instances of the profile alone still fit, honouring the placements (one sample per profile).'),
     ('gpufleet_mig_fragmentation_ratio', 'gauge',
      '1 - largest placeable slices / largest placeable slices after the best rearrangement of the instances.'),
     ('gpufleet_mig_stranded_slice_seconds_total', 'counter',
@@ -133,6 +135,8 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, held=None, stranded
         samples['gpufleet_mig_largest_placeable_slices'].append((base, figures['largest_placeable_slices']))
         samples['gpufleet_mig_largest_placeable_info'].append(
             (dict(base, profile=figures['largest_placeable'] or 'none'), 1))
+        for profile in sorted(figures['placeable']):
+            samples['gpufleet_mig_placeable_instances'].append((dict(base, profile=profile), figures['placeable'][profile]))
         samples['gpufleet_mig_fragmentation_ratio'].append((base, figures['fragmentation']))
     if layout_name:
         samples['gpufleet_mig_layout_info'].append(({'layout': layout_name}, 1))

@@ -14,12 +14,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import GpuInstanceProfile, pack_compute_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, layout_of
 from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import BackendError
 
 
-class ApplyError(Exception):
+class ApplyError(GpufleetError):
     """An apply that stopped part-way or did not verify; carries what was done and the state now.
 
     ``cause``: the BackendError that stopped it, if one did. ``gpus``: for a host, what each GPU went

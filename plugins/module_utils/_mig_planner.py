@@ -38,6 +38,7 @@ __metaclass__ = type
 
 import itertools
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
     Catalog,
     Occupancy,
@@ -51,7 +52,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import M
 DEFERRED_NOTE = 'instances planned after MIG is enabled (NVML describes the profiles only then)'
 
 
-class PlanningError(ValueError):
+class PlanningError(GpufleetError, ValueError):
     """A request that cannot be planned; the message names the GPU and the cause."""
 
 
@@ -226,9 +227,11 @@ def _best_placement(catalog, occupancy, specs):
 
     def place(position, occ):
         if position == len(order):
-            candidate = (_score(catalog, occ), [-s for s in starts])
-            if best[0] is None or candidate > best[0]:
-                best[0] = (candidate[0], list(candidate[1]))
+            # Ties go to the lowest starts, compared in ``order`` (not the caller's order of specs), so that
+            # the same instances land in the same places however they were listed.
+            candidate = (_score(catalog, occ), [-starts[i] for i in order])
+            if best[0] is None or candidate > best[0][0]:
+                best[0] = (candidate, list(starts))
             return
         index = order[position]
         profile = catalog.get(specs[index].profile)
@@ -246,7 +249,7 @@ def _best_placement(catalog, occupancy, specs):
     place(0, occupancy)
     if best[0] is None:
         return None
-    return best[0][0], [-s for s in best[0][1]]
+    return best[0][0][0], best[0][1]
 
 
 def plan_gpu(gpu, instances, repack=False, allocated=None, evictable=False):

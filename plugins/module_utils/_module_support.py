@@ -18,12 +18,9 @@ import traceback
 from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockPermissionDenied, LockTimeout, UnsafeLockPath
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import LayoutConfigError
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import (
     PODS_UNREADABLE,
     PodResourcesUnavailable,
@@ -35,14 +32,9 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import
 )
 
 
-class ModuleFailure(Exception):
+class ModuleFailure(GpufleetError):
     """A module's own failure, raised where a fail_json would skip clean-up (e.g. starting stopped services again)."""
 
-
-# Errors whose message is the whole story: no traceback for the user.
-# (UnknownDeviceIds is not one of them: run_module adds what pod_resources=off would do.)
-EXPECTED_ERRORS = (_nvml_backend.BackendError, SelectionError, PlanningError, LayoutConfigError, ApplyError, LockTimeout,
-                   UnsafeLockPath, LockPermissionDenied, ModuleFailure)
 
 # What pod_resources=off costs, for the messages that point to it.
 _OFF_HINT = ('pod_resources=off skips the kubelet (pods are then known only through the cgroups of running GPU processes, '
@@ -80,7 +72,7 @@ def run_module(module, body):
         body(module)
     except UnknownDeviceIds as exc:
         module.fail_json(msg='%s. %s' % (exc, _OFF_HINT))
-    except EXPECTED_ERRORS as exc:
+    except GpufleetError as exc:  # its message is the whole story: no traceback for the user
         module.fail_json(msg=str(exc))
     except Exception as exc:  # an unexpected failure still ends in fail_json, with its traceback
         module.fail_json(msg='unexpected error: %s' % exc, exception=traceback.format_exc())

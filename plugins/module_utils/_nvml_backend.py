@@ -23,6 +23,7 @@ import importlib
 import os
 import traceback
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError, compute_instance_name
 
 try:
@@ -47,7 +48,7 @@ _PROFILE_IDS_WITHOUT_MIG = 96
 _MAX_INSTANCES = 32
 
 
-class BackendError(Exception):
+class BackendError(GpufleetError):
     """An NVML call failed; the message names the GPU, the operation and the NVML error (``nvml_error``: its name,
     e.g. 'NVML_ERROR_IN_USE', None when the failure is not an NVML answer)."""
 

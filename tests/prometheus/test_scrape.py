@@ -274,6 +274,10 @@ def test_prometheus_scrapes_the_role_switch_and_failure_and_the_timer_refresh(pr
         assert value('gpufleet_mig_fragmentation_ratio', gpu=gpu) == 0
         assert value('gpufleet_mig_busy_instances', gpu=gpu) == 0
         assert len([k for k in scraped if ('__name__', 'gpufleet_mig_instance_info') in k and ('gpu', gpu) in k]) == count
+        # a full daytime GPU has room for no more instance of any profile
+        placeable = [v for k, v in scraped.items() if ('__name__', 'gpufleet_mig_placeable_instances') in k and ('gpu', gpu) in k]
+        assert placeable and set(placeable) == {0}, placeable
+        assert value('gpufleet_mig_placeable_instances', gpu=gpu, profile=small) == 0
     assert not [k for k in scraped if ('gpu', '3') in k], 'the L40S has no MIG, so no metrics'
     assert value('gpufleet_mig_layout_info', layout='daytime') == 1
     assert value('gpufleet_mig_layout_last_apply_success', layout='daytime', source='ansible') == 1

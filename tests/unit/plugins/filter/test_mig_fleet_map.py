@@ -197,6 +197,20 @@ def test_page_is_self_contained_html():
     assert [n.attrs['id'] for n in document.find_all('section') if 'id' in n.attrs][0] == 'attention'
 
 
+@pytest.mark.parametrize('instances, stranded, fragmentation', [
+    ([('1g.10gb', 0, []), ('1g.10gb', 3, []), ('1g.10gb', 6, [])], 1, 0.5),   # churned
+    ([('1g.10gb', start, []) for start in range(7)], 0, 0.0),                  # the daytime layout
+])
+def test_the_map_draws_the_figures_the_facts_report(instances, stranded, fragmentation):
+    # Same inputs as test_mig_geometry's facts/metrics/repack test: one definition, read by all four.
+    gpu = with_instances(model_gpu('A100-SXM4-80GB'), instances)
+    gpu.update(index=0, processes=[], busy=False)
+    facts = gpu_facts(gpu)
+    assert (facts['stranded_slices'], facts['fragmentation']) == (stranded, fragmentation)
+    page = mig_fleet_map([{'host': 'h', 'layout': None, 'gpus': [facts]}])
+    assert payload_of(page)['h'][0][5][0][8][1:4:2] == [stranded, fragmentation]   # stranded slices, fragmentation
+
+
 def test_the_html_comes_from_an_autoescaping_template():
     source = inspect.getsource(mig_fleet_map_module)
     assert 'autoescape=True' in source and 'from_string(PAGE)' in source

@@ -152,3 +152,18 @@ def _placement_sets(gpu):
     if key not in _SETS:
         _SETS[key] = sorted(all_placements(gpu))
     return _SETS[key]
+
+
+def brute_force_placeable(gpu, fixed=()):
+    """{profile: most extra instances of that profile alone that fit around ``fixed``}, by trying every subset of starts."""
+    profiles = profiles_by_name(gpu)
+    result = {}
+    for name in sorted(profiles):
+        starts = [p['start'] for p in profiles[name]['placements']]
+        result[name] = 0
+        for size in range(len(starts), 0, -1):
+            if any(_valid_set(profiles, list(fixed) + [(name, s) for s in chosen])
+                   for chosen in itertools.combinations(starts, size)):
+                result[name] = size
+                break
+    return result

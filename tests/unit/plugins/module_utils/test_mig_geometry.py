@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 import random
 import re
@@ -18,7 +17,6 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import mig_fleet_map
 from ansible_collections.gpufleet.mig.plugins.module_utils import _layout_metrics
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
     concrete_instances,
@@ -38,7 +36,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import p
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_repack
 
 from .catalogs import MIG_MODELS, model_gpu
-from .oracle import all_placements, free_space_figures, with_instances
+from .oracle import all_placements, brute_force_placeable, free_space_figures, with_instances
 
 CATALOG = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'mig_layout', 'files', 'catalog.yml')
 EIGHT_SLICE_MODELS = [m for m in MIG_MODELS if m not in ('A30', 'RTX-PRO-6000-SERVER')]
@@ -189,7 +187,7 @@ def metric(text, name):
 
 
 @pytest.mark.parametrize('instances, stranded, fragmentation', [(CHURNED, 1, 0.5), (DAYTIME, 0, 0.0)])
-def test_facts_metrics_map_and_repack_read_the_same_figures(instances, stranded, fragmentation):
+def test_facts_metrics_and_repack_read_the_same_figures(instances, stranded, fragmentation):
     gpu = with_instances(model_gpu('A100-SXM4-80GB'), instances)
     gpu.update(index=0, processes=[], busy=False)
     facts = nvidia_mig_facts.gpu_facts(gpu)
@@ -197,10 +195,59 @@ def test_facts_metrics_map_and_repack_read_the_same_figures(instances, stranded,
     text = _layout_metrics.render({'gpus': [gpu]}, 'daytime', {}, None)
     assert metric(text, 'gpufleet_mig_stranded_slices') == stranded
     assert metric(text, 'gpufleet_mig_fragmentation_ratio') == fragmentation
-    page = mig_fleet_map([{'host': 'h', 'layout': None, 'gpus': [facts]}])
-    drawn = json.loads(re.search(r'<script type="application/json" id="fleet-data">(.*?)</script>', page).group(1))
-    assert drawn['h'][0][5][0][8][1:4:2] == [stranded, fragmentation]   # the map's stranded slices and fragmentation
+    placeable = dict((m.group(1), float(m.group(2))) for m in re.finditer(
+        r'(?m)^gpufleet_mig_placeable_instances\{gpu="0",model="[^"]+",profile="([^"]+)",uuid="[^"]+"\} (\S+)$', text))
+    assert placeable == facts['placeable'] and len(placeable) == len(gpu['profiles'])
+    # the fleet map's reading of the same facts: tests/unit/plugins/filter/test_mig_fleet_map.py (a filter plugin
+    # needs the controller's ansible package, which ansible-test's module_utils unit run does not have)
     thresholds = {'fragmentation_above': 0.25, 'stranded_above': 0}
     status = nvidia_mig_repack.plan_repack(gpu, {}, thresholds)[0]
     assert status == ('repacked' if stranded else 'below_threshold')
     assert nvidia_mig_repack.plan_repack(gpu, {}, {'fragmentation_above': fragmentation, 'stranded_above': stranded})[0] == 'below_threshold'
+
+
+def test_the_placeable_gauge_counts_more_instances_per_profile():
+    # 1g at slices 0, 3 and 6 of an A100-80GB: four more 1g fit (1, 2, 4, 5), one 2g (4-5), no 3g, 4g or 7g.
+    gpu = with_instances(model_gpu('A100-SXM4-80GB'), CHURNED)
+    gpu.update(index=0, processes=[], busy=False)
+    text = _layout_metrics.render({'gpus': [gpu]}, 'daytime', {}, None)
+    for profile, count in (('1g.10gb', 4), ('2g.20gb', 1), ('3g.40gb', 0), ('4g.40gb', 0), ('7g.80gb', 0)):
+        assert re.search(r'(?m)^gpufleet_mig_placeable_instances\{gpu="0",model="[^"]+",profile="%s",uuid="[^"]+"\} %d$'
+                         % (re.escape(profile), count), text), (profile, count)
+
+
+def _placeable(gpu, placed):
+    catalog = Catalog.from_data(gpu['profiles'])
+    return analyze(catalog, Occupancy.of(catalog, placed))['placeable']
+
+
+@pytest.mark.parametrize('model', MIG_MODELS)
+def test_placeable_is_the_brute_force_count_on_every_model_empty_and_with_a_media_instance(model):
+    gpu = model_gpu(model)
+    assert _placeable(gpu, []) == brute_force_placeable(gpu)
+    with_media = sorted(p['name'] for p in gpu['profiles'] if p['name'].endswith('+me'))
+    for name in with_media:
+        start = [p for p in gpu['profiles'] if p['name'] == name][0]['placements'][0]['start']
+        placeable = _placeable(gpu, [(name, start)])
+        assert placeable == brute_force_placeable(gpu, [(name, start)])
+        assert placeable[name] == 0    # one media-extension instance per GPU
+
+
+def test_placeable_of_an_empty_a100_80gb_as_nvidia_documents_it():
+    # NVIDIA's MIG user guide, A100 80GB supported profiles: the most instances of each profile alone.
+    assert _placeable(model_gpu('A100-SXM4-80GB'), []) == {
+        '1g.10gb': 7, '1g.10gb+me': 1, '1g.20gb': 4, '2g.20gb': 3, '3g.40gb': 2, '4g.40gb': 1, '7g.80gb': 1}
+
+
+def test_placeable_honours_the_count_nvml_reports_and_one_media_instance_per_gpu():
+    # Shipped catalogs never limit a plain profile below its starts, nor a +me profile above 1: a driver's
+    # answer may, and each limit holds on its own.
+    gpu = model_gpu('A100-SXM4-80GB')
+    for profile in gpu['profiles']:
+        if profile['name'] == '1g.10gb':
+            profile['max_count'] = 3
+        if profile['name'] == '1g.10gb+me':
+            profile['max_count'] = 2
+    placeable = _placeable(gpu, [('1g.10gb', 6)])
+    assert placeable == brute_force_placeable(gpu, [('1g.10gb', 6)])
+    assert (placeable['1g.10gb'], placeable['1g.10gb+me']) == (2, 1)

@@ -65,7 +65,12 @@ def test_every_fitting_layout_is_placed_in_every_key_order(model):
             plan = plan_gpu(gpu, target)
             assert_valid_after(gpu, plan, target)
             placed = [(e['profile'], e['placement']['start']) for e in plan.after]
+            # plan_gpu sorts the keys; the instances in any order must land in the same places as well.
+            specs = [InstanceSpec(name, [name]) for name, count in order for dummy in range(count)]
+            random.Random(str(order)).shuffle(specs)
+            shuffled = [(e['profile'], e['placement']['start']) for e in plan_gpu_specs(gpu, specs).after]
             assert reference is None or placed == reference, 'placement depends on key order'
+            assert shuffled == placed, 'placement depends on the order of the instances'
             reference = placed
 
 
@@ -211,3 +216,26 @@ def test_minimal_destroy_matches_brute_force_on_a_seeded_corpus(model):
         assert_valid_after(state, plan, target)
         checked += 1
     assert checked >= 10
+
+
+def test_an_evictable_plan_keeps_the_instance_a_pod_holds_rather_than_an_unallocated_one():
+    # 1g at 0 (unallocated) and 1g at 4 (a pod holds it, idle) -> 1x1g + 1x3g: one of them must go. Free space
+    # alone would keep the one at 0 (the plan without pods does); the pod's instance is kept and nobody is evicted.
+    gpu = with_instances(model_gpu('A100-SXM4-80GB'), [('1g.10gb', 0, []), ('1g.10gb', 4, [])])
+    held = [gi['id'] for gi in gpu['gpu_instances'] if gi['placement']['start'] == 4][0]
+    target = {'1g.10gb': 1, '3g.40gb': 1}
+    plan = plan_gpu(gpu, target, allocated={held: ['team/p']}, evictable=True)
+    destroyed = [a for a in plan.actions if a['action'] == 'destroy_gpu_instance']
+    assert [(a['placement']['start'], a.get('allocated_to')) for a in destroyed] == [(0, None)]
+    without_pods = plan_gpu(gpu, target)
+    assert [a['placement']['start'] for a in without_pods.actions if a['action'] == 'destroy_gpu_instance'] == [4]
+
+
+def test_among_placements_equally_large_the_fewest_stranded_slices_win():
+    # Repack of 1g at 1, 3, 6 into 4x1g + 1g+me: leaving them and adding around them keeps a 2g placeable but
+    # strands a slice; moving the 1g at 6 keeps the same 2g and strands none.
+    gpu = with_instances(model_gpu('A100-SXM4-80GB'), [('1g.10gb', 1, []), ('1g.10gb', 3, []), ('1g.10gb', 6, [])])
+    plan = plan_gpu(gpu, {'1g.10gb': 4, '1g.10gb+me': 1}, repack=True)
+    assert (plan.analysis['largest_placeable_slices'], plan.analysis['stranded_slices']) == (2, 0)
+    assert [(e['profile'], e['placement']['start']) for e in plan.after] == [
+        ('1g.10gb', 0), ('1g.10gb', 1), ('1g.10gb', 2), ('1g.10gb', 3), ('1g.10gb+me', 4)]

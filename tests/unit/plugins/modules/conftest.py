@@ -13,6 +13,20 @@ import pytest
 
 
 @pytest.fixture
+def host_paths(tmp_path):
+    """The folders nvidia_mig_layout writes to, under tmp_path (no systemd)."""
+    root = tmp_path / 'root'
+    return {
+        'config_dir': str(root / 'etc' / 'gpufleet-mig'),
+        'lib_dir': str(root / 'usr' / 'local' / 'lib' / 'gpufleet-mig'),
+        'bin_dir': str(root / 'usr' / 'local' / 'sbin'),
+        'systemd_dir': str(root / 'etc' / 'systemd' / 'system'),
+        'metrics_dir': str(root / 'metrics'),
+        'systemd': False,
+    }
+
+
+@pytest.fixture
 def kubelet_with():
     """A real gRPC pod-resources server answering ``List`` with the given allocations; returns its socket path."""
     from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import encode_list_response

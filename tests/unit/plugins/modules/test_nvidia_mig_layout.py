@@ -28,19 +28,6 @@ DAY = {'daytime': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.1
 OFF = {'all-disabled': [{'devices': 'all', 'mig-enabled': False}]}
 
 
-@pytest.fixture
-def host_paths(tmp_path):
-    root = tmp_path / 'root'
-    return {
-        'config_dir': str(root / 'etc' / 'gpufleet-mig'),
-        'lib_dir': str(root / 'usr' / 'local' / 'lib' / 'gpufleet-mig'),
-        'bin_dir': str(root / 'usr' / 'local' / 'sbin'),
-        'systemd_dir': str(root / 'etc' / 'systemd' / 'system'),
-        'metrics_dir': str(root / 'metrics'),
-        'systemd': False,
-    }
-
-
 def layout_args(host_paths, config, **extra):
     args = dict(host_paths, name=sorted(config)[0], config=config)
     args.update(extra)
@@ -538,6 +525,22 @@ def test_repack_moves_only_idle_unallocated_instances(simulated_host, run_module
     again, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': socket})
     assert not failed and not again['changed']
     assert again['gpus'][0]['status'] in ('no_idle_move', 'below_threshold')
+
+
+def test_repack_leaves_an_idle_instance_a_pod_holds_where_moving_it_would_help(simulated_host, run_module, kubelet_with):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_repack
+    # 1g at 0 (busy) and 1g at 4, idle but held by a pod: moving the one at 4 would make room for a 4g,
+    # and the pod would lose its device. Without the pod, the same GPU is repacked (the second run).
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '1g.10gb', 'start': 0, 'compute_instances': [{'profile': '1g.10gb', 'start': 0, 'pids': [11]}]},
+        {'profile': '1g.10gb', 'start': 4, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]}]}])
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [4]))
+    result, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': socket})
+    assert not failed and not result['changed'] and mutating_calls(host) == [], result
+    assert result['gpus'][0]['status'] == 'no_idle_move' and 'stay where they are' in result['gpus'][0]['reason']
+    planned, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': kubelet_with([])}, check_mode=True)
+    assert not failed and planned['gpus'][0]['status'] == 'repacked', planned
+    assert [a['placement']['start'] for a in planned['gpus'][0]['actions'] if a['action'] == 'destroy_gpu_instance'] == [4]
 
 
 def test_repack_never_forces_a_gpu_whose_instances_are_all_held(simulated_host, run_module):

@@ -17,7 +17,15 @@ import pytest
 
 from ansible.module_utils.common import arg_spec
 
-from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode
+from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import LockPermissionDenied, LockTimeout, UnsafeLockPath
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import LayoutConfigError
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
+from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import ModuleFailure, run_module
+from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode, nvidia_mig_repack
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.conftest import mig_uuids, pods_on
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS
@@ -184,6 +192,22 @@ def test_mode_disable_refuses_busy_gpu_and_changes_nothing(simulated_host, run_m
     host = busy_3g_host(simulated_host)
     result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled'})
     assert failed and '4242' in result['msg'] and 'GPU 0' in result['msg']
+    assert mutating_calls(host) == []
+
+
+@pytest.mark.parametrize('module, args', [
+    (nvidia_mig_mode, {'state': 'enabled'}),
+    (nvidia_mig_instance, {'instances': {}, 'state': 'present'}),
+    (nvidia_mig_repack, {'pod_resources': 'off'}),
+], ids=['mode', 'instance', 'repack'])
+def test_every_gpu_module_skips_a_gpu_without_mig_under_all_and_refuses_it_by_name(simulated_host, run_module, module, args):
+    host = simulated_host([{'model': 'L40S'}, {'model': 'H200', 'mig': {'current': 'enabled', 'pending': 'enabled'}}])
+    result, failed = run_module(module.main, dict(args, gpus=['all']), check_mode=True)
+    assert not failed, result
+    assert result['skipped_gpus'] == [{'index': 0, 'name': 'NVIDIA L40S', 'reason': 'not MIG-capable'}]
+    assert [g['index'] for g in result['gpus']] == [1]
+    result, failed = run_module(module.main, dict(args, gpus=[0]), check_mode=True)
+    assert failed and result['msg'] == 'GPU 0 (NVIDIA L40S) is not MIG-capable'
     assert mutating_calls(host) == []
 
 
@@ -519,3 +543,44 @@ def test_a_failed_compute_profile_read_is_an_error_not_an_idle_instance(simulate
     facts = facts_of(run_module)['gpus'][0]
     assert facts['gpu_instances'][0]['busy'] and facts['gpu_instances'][0]['compute_instances'][0]['processes'][0]['pid'] == 4242
     assert mutating_calls(host) == []
+
+
+# ---- run_module's error policy: one base class for the failures that explain themselves ----------------------
+
+class _Reported(Exception):
+    pass
+
+
+class _Module(object):
+    def fail_json(self, **result):
+        raise _Reported(result)
+
+
+@pytest.mark.parametrize('error', [
+    _nvml_backend.BackendError('GPU 0: destroy GPU instance 3 failed: NVML_ERROR_IN_USE'),
+    SelectionError('no GPU matches 0x20B510DE'),
+    PlanningError('GPU 0: layout 2x4g.40gb does not fit'),
+    LayoutConfigError('layout daytime: unknown profile 9g.99gb'),
+    ApplyError('GPU 0 failed', [], None),
+    LockTimeout('held by another run'),
+    UnsafeLockPath('/run/gpufleet-mig is world-writable'),
+    LockPermissionDenied('the lock is root\'s'),
+    ModuleFailure('starting nvidia-dcgm failed'),
+])
+def test_a_failure_that_explains_itself_is_reported_in_one_line_without_a_traceback(error):
+    assert isinstance(error, GpufleetError)
+
+    def body(module):
+        raise error
+    with pytest.raises(_Reported) as reported:
+        run_module(_Module(), body)
+    assert reported.value.args[0] == {'msg': str(error)}
+
+
+def test_any_other_failure_is_reported_as_unexpected_with_its_traceback():
+    def body(module):
+        raise KeyError('gpu_instances')
+    with pytest.raises(_Reported) as reported:
+        run_module(_Module(), body)
+    result = reported.value.args[0]
+    assert result['msg'] == "unexpected error: 'gpu_instances'" and 'Traceback' in result['exception']

@@ -21,7 +21,6 @@ from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from ansible_collections.gpufleet.mig.tests.unit.plugins.modules import test_nvidia_mig_layout as layout_tests
 
 # The layout module's fixtures and argument helper, shared.
-host_paths = layout_tests.host_paths
 fake_systemctl = layout_tests.fake_systemctl
 layout_args = layout_tests.layout_args
 

@@ -1,0 +1,31 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Filter of playbooks/mig_demand.yml: the fleet demand plan (pending pods' MIG requests -> per node and GPU
+the instances to create and destroy). Thin: the rules are in module_utils/_demand_planner, where unit tests reach
+them; bad input becomes one AnsibleFilterError line.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import DemandPlanError, plan_demand
+
+
+def mig_demand_plan(nodes, pending, policy=None):
+    """The fleet demand plan of ``pending`` pods on ``nodes`` (node -> nvidia_mig facts) under ``policy``."""
+    try:
+        return plan_demand(nodes, pending, policy or {})
+    except DemandPlanError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+class FilterModule(object):
+    """gpufleet.mig demand filters."""
+
+    def filters(self):
+        return {'mig_demand_plan': mig_demand_plan}

@@ -1,0 +1,42 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""mig_demand_plan: the planner's plan as a filter; bad input is one AnsibleFilterError line."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.mig.plugins.filter.mig_demand import FilterModule
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
+
+FILTERS = FilterModule().filters()
+
+
+def facts():
+    gpu = model_gpu('H100-SXM5-80GB')
+    gpu['allocated_to'] = []
+    return {'driver_version': '580.95.05', 'gpus': [gpu]}
+
+
+def test_registered():
+    assert sorted(FILTERS) == ['mig_demand_plan']
+
+
+def test_plans_from_facts_and_pod_objects():
+    pod = {'metadata': {'namespace': 'ml', 'name': 'infer'},
+           'spec': {'containers': [{'resources': {'limits': {'nvidia.com/mig-1g.10gb': 1}}}]}}
+    plan = FILTERS['mig_demand_plan']({'node-a': facts()}, [pod])
+    assert plan['served'] == [{'pod': 'ml/infer', 'node': 'node-a', 'devices': [{'gpu': 0, 'profile': '1g.10gb', 'start': 6, 'instance': 'new'}]}]
+    assert plan['nodes']['node-a']['disruption'] == 'create-only'
+    assert plan['lines'][-1] == '1 of 1 waiting pod(s) served, 1 GPU(s) changed, 0 pod(s) to evict'
+    # policy defaults to {} (None from a template too)
+    assert FILTERS['mig_demand_plan']({'node-a': facts()}, [pod], None) == plan
+
+
+def test_bad_input_is_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match='^policy: unknown key'):
+        FILTERS['mig_demand_plan']({}, [], {'nodes': []})

@@ -1,0 +1,350 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet demand planner: each decision of _demand_planner's header pinned by a test."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import json
+import random
+
+import pytest
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import (
+    DemandPlanError,
+    plan_demand,
+    pod_requests,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+    check_layout,
+    concrete_instances,
+    match_gpus,
+    validate_configs,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
+
+A100 = 'A100-SXM4-80GB'
+
+
+def gpu(index=0, instances=(), model=A100):
+    """An A100-80GB (or ``model``) with ``instances``: (profile, start, holders[, pids])."""
+    data = model_gpu(model)
+    data['index'] = index
+    data['uuid'] = 'GPU-%d' % index
+    data['allocated_to'] = []
+    profiles = dict((p['name'], p) for p in data['profiles'])
+    data['gpu_instances'] = []
+    for number, spec in enumerate(instances):
+        profile, start, holders = spec[0], spec[1], spec[2]
+        pids = spec[3] if len(spec) > 3 else []
+        size = profiles[profile]['placements'][0]['size']
+        data['gpu_instances'].append({
+            'id': number + 1, 'profile': profile, 'placement': {'start': start, 'size': size},
+            'busy': bool(pids), 'allocated_to': list(holders),
+            'compute_instances': [{'id': 0, 'profile': profile, 'placement': {'start': 0, 'size': 1},
+                                   'processes': [{'pid': pid, 'used_memory_mib': 1} for pid in pids]}],
+        })
+    return data
+
+
+def pod(name, requests, priority=0, created=''):
+    return {'pod': name, 'priority': priority, 'created': created,
+            'requests': dict(('nvidia.com/mig-%s' % p, c) for p, c in requests.items())}
+
+
+def actions_of(plan, node, index):
+    return [(a['action'], a['profile'], a['placement']['start']) for a in plan['nodes'][node]['gpus'][index]['actions']]
+
+
+def destroyed_ids(plan):
+    return sorted((node, g['index'], a['gpu_instance_id']) for node, view in plan['nodes'].items() for g in view['gpus']
+                  for a in g['actions'] if a['action'] == 'destroy_gpu_instance')
+
+
+# ---- decision 2: least disruption first -----------------------------------------------------
+
+def test_free_slices_before_destroying_idle_instances():
+    """GPU 0 could fit a 3g only by destroying its idle 1g; GPU 1 has free slices: the create-only one is chosen."""
+    nodes = {'n1': [gpu(0, [('1g.10gb', 0, []), ('3g.40gb', 4, ['a/held'])]),
+                    gpu(1, [('4g.40gb', 0, ['a/other'])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'3g.40gb': 1})])
+    assert actions_of(plan, 'n1', 1) == [('create_gpu_instance', '3g.40gb', 4)]
+    assert actions_of(plan, 'n1', 0) == []
+    assert plan['nodes']['n1']['disruption'] == 'create-only'
+    assert plan['nodes']['n1']['cordon'] is False
+    assert plan['served'] == [{'pod': 'a/p', 'node': 'n1', 'devices': [{'gpu': 1, 'profile': '3g.40gb', 'start': 4, 'instance': 'new'}]}]
+
+
+def test_existing_free_instance_serves_without_change():
+    nodes = {'n1': [gpu(0, [('2g.20gb', 0, [])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'2g.20gb': 1})])
+    assert plan['nodes']['n1']['changed'] is False
+    assert plan['nodes']['n1']['disruption'] == 'none'
+    assert 'layout' not in plan['nodes']['n1']
+    assert plan['served'][0]['devices'] == [{'gpu': 0, 'profile': '2g.20gb', 'start': 0, 'instance': 1}]
+    assert plan['gpus_changed'] == 0
+
+
+def test_idle_instances_destroyed_only_when_no_free_slices_fit():
+    """3g.40gb at 0 is held; the 4 slices at 4 hold four idle 1g: the fewest that make room go (all of 4..7)."""
+    held = ('3g.40gb', 0, ['a/held'])
+    nodes = {'n1': [gpu(0, [held, ('1g.10gb', 4, []), ('1g.10gb', 5, []), ('1g.10gb', 6, []), ('2g.20gb', 2, ['a/h2'])])]}
+    with pytest.raises(DemandPlanError):
+        plan_demand(nodes, [])   # 3g at 0 overlaps 2g at 2: facts no GPU can report
+    nodes = {'n1': [gpu(0, [held, ('1g.10gb', 4, []), ('1g.10gb', 5, []), ('1g.10gb', 6, [])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'3g.40gb': 1})])
+    assert actions_of(plan, 'n1', 0) == [('destroy_gpu_instance', '1g.10gb', 4), ('destroy_gpu_instance', '1g.10gb', 5),
+                                         ('destroy_gpu_instance', '1g.10gb', 6), ('create_gpu_instance', '3g.40gb', 4)]
+    assert plan['nodes']['n1']['disruption'] == 'destroy-idle'
+    assert plan['nodes']['n1']['cordon'] is True
+    assert plan['evictions'] == []
+
+
+def test_fewest_idle_instances_destroyed():
+    """A 2g fits after destroying one idle 2g or two idle 1g: one instance goes."""
+    nodes = {'n1': [gpu(0, [('3g.40gb', 4, ['a/h']), ('1g.10gb', 0, []), ('1g.10gb', 1, []), ('2g.20gb', 2, [])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'2g.20gb': 2})])
+    # one 2g exists and is free: it serves; the second needs the two 1g at 0 and 1 to go
+    assert actions_of(plan, 'n1', 0) == [('destroy_gpu_instance', '1g.10gb', 0), ('destroy_gpu_instance', '1g.10gb', 1),
+                                         ('create_gpu_instance', '2g.20gb', 0)]
+    nodes = {'n1': [gpu(0, [('3g.40gb', 4, ['a/h']), ('1g.10gb', 0, []), ('1g.10gb', 1, []), ('2g.20gb', 2, ['a/x'])]),
+                    gpu(1, [('4g.40gb', 0, ['a/y']), ('2g.20gb', 4, []), ('1g.10gb', 6, ['a/z'])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'3g.40gb': 1})])
+    assert plan['unmet_pods'] == ['a/p']
+    plan = plan_demand(nodes, [pod('a/p', {'2g.20gb': 1})])
+    assert plan['served'][0]['devices'] == [{'gpu': 1, 'profile': '2g.20gb', 'start': 4, 'instance': 2}]   # exists, free
+
+
+def test_held_and_busy_instances_never_touched():
+    """A 7g needs the whole GPU: one held 1g (GPU 0) and one with processes outside any pod (GPU 1) block it."""
+    nodes = {'n1': [gpu(0, [('1g.10gb', 3, ['a/held'])]), gpu(1, [('1g.10gb', 6, [], [4242])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'7g.80gb': 1})])
+    assert destroyed_ids(plan) == []
+    assert plan['unmet_pods'] == ['a/p']
+    assert plan['unmet'] == ['7g.80gb: 1 device(s) for a/p unmet: no GPU is free of pods; nearest is node n1 GPU 0, 1 pod(s) (a/held)']
+    # even with eviction on, a process that no pod owns is never touched, nor a pod of unknown priority
+    policy = {'evict_below_priority': 100}
+    assert plan_demand(nodes, [pod('a/p', {'7g.80gb': 1}, priority=500)], policy)['unmet_pods'] == ['a/p']
+
+
+def test_gpu_held_whole_is_left_out():
+    whole = gpu(0)
+    whole['allocated_to'] = ['a/whole']
+    plan = plan_demand({'n1': [whole]}, [pod('a/p', {'1g.10gb': 1})])
+    assert plan['nodes'] == {}
+    assert plan['unmet'] == ['1g.10gb: 1 device(s) for a/p unmet: no GPU of the fleet offers this profile']
+
+
+# ---- eviction: only when enabled, only lower priority, named --------------------------------
+
+def test_eviction_off_by_default_and_only_lower_priority():
+    nodes = {'n1': [gpu(0, [('3g.40gb', 0, ['b/low']), ('3g.40gb', 4, ['b/high'])])]}
+    want = [pod('a/p', {'7g.80gb': 1}, priority=100)]
+    running = {'b/low': 10, 'b/high': 10}
+    assert plan_demand(nodes, want, {'running_priorities': running})['unmet_pods'] == ['a/p']
+    plan = plan_demand(nodes, want, {'running_priorities': running, 'evict_below_priority': 50})
+    assert plan['evictions'] == ['b/high', 'b/low']
+    assert plan['nodes']['n1']['disruption'] == 'evict'
+    assert plan['nodes']['n1']['evictions'] == ['b/high', 'b/low']
+    assert [a.get('evict') for a in plan['nodes']['n1']['gpus'][0]['actions']] == [['b/low'], ['b/high'], None]
+    # a holder at or above the threshold, or not below the waiting pod, stays
+    assert plan_demand(nodes, want, {'running_priorities': {'b/low': 10, 'b/high': 50}, 'evict_below_priority': 50})['evictions'] == []
+    assert plan_demand(nodes, [pod('a/p', {'7g.80gb': 1}, priority=10)],
+                       {'running_priorities': running, 'evict_below_priority': 50})['evictions'] == []
+
+
+def test_eviction_is_the_last_resort():
+    """With eviction on, a free slice elsewhere still wins over evicting."""
+    nodes = {'n1': [gpu(0, [('3g.40gb', 0, ['b/low']), ('3g.40gb', 4, ['b/low2'])]), gpu(1, [('4g.40gb', 0, ['b/x'])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'3g.40gb': 1}, priority=100)],
+                       {'running_priorities': {'b/low': 1, 'b/low2': 1, 'b/x': 1}, 'evict_below_priority': 50})
+    assert plan['evictions'] == []
+    assert actions_of(plan, 'n1', 1) == [('create_gpu_instance', '3g.40gb', 4)]
+
+
+# ---- policy: floor, reshape_nodes, budget -----------------------------------------------------
+
+def test_floor_is_kept():
+    idle = [('1g.10gb', s, []) for s in range(7)]
+    nodes = {'n1': [gpu(0, idle)]}
+    plan = plan_demand(nodes, [pod('a/p', {'3g.40gb': 1})], {'floor': {'n1': {'1g.10gb': 4}}})
+    target = [i['profile'] for i in plan['nodes']['n1']['gpus'][0]['target']]
+    assert target.count('1g.10gb') == 4 and target.count('3g.40gb') == 1
+    assert plan_demand(nodes, [pod('a/p', {'3g.40gb': 1})], {'floor': {'n1': {'1g.10gb': 5}}})['unmet_pods'] == ['a/p']
+    # per GPU index
+    assert plan_demand(nodes, [pod('a/p', {'3g.40gb': 1})], {'floor': {'n1': {0: {'1g.10gb': 5}}}})['unmet_pods'] == ['a/p']
+    assert plan_demand(nodes, [pod('a/p', {'3g.40gb': 1})], {'floor': {'n1': {'1': {'1g.10gb': 5}}}})['unmet_pods'] == []
+
+
+def test_only_reshapeable_nodes_change():
+    nodes = {'fixed': [gpu(0, [('1g.10gb', 0, [])])], 'open': [gpu(0)]}
+    plan = plan_demand(nodes, [pod('a/p', {'1g.10gb': 2})], {'reshape_nodes': ['open']})
+    assert plan['served'][0]['node'] == 'open'
+    assert plan['nodes']['fixed']['changed'] is False
+    plan = plan_demand(nodes, [pod('a/p', {'2g.20gb': 1})], {'reshape_nodes': []})
+    assert plan['unmet'] == ['2g.20gb: 1 device(s) for a/p unmet: only nodes the policy does not let reshape offer it (fixed, open)']
+    # an existing free instance serves on a closed node
+    assert plan_demand(nodes, [pod('a/p', {'1g.10gb': 1})], {'reshape_nodes': []})['served'][0]['node'] == 'fixed'
+
+
+def test_max_gpus_per_run():
+    nodes = {'n1': [gpu(0, [('7g.80gb', 0, ['a/h'])])] + [gpu(i) for i in (1, 2, 3)]}
+    want = [pod('a/p%d' % i, {'4g.40gb': 1}) for i in range(3)]
+    plan = plan_demand(nodes, want, {'max_gpus_per_run': 2})
+    assert plan['gpus_changed'] == 2
+    assert plan['unmet_pods'] == ['a/p2']
+    assert plan['unmet'][0].startswith('4g.40gb: 1 device(s) for a/p2 unmet: max_gpus_per_run (2) reached')
+    # a GPU already changing takes more without using the budget
+    plan = plan_demand(nodes, [pod('a/p%d' % i, {'1g.10gb': 1}) for i in range(5)], {'max_gpus_per_run': 1})
+    assert plan['gpus_changed'] == 1 and plan['unmet_pods'] == []
+    assert plan_demand(nodes, want, {'max_gpus_per_run': 0})['gpus_changed'] == 0
+
+
+# ---- decision 1: pods whole, by priority ------------------------------------------------------
+
+def test_pod_served_whole_on_one_node_or_not_at_all():
+    nodes = {'n1': [gpu(0, [('4g.40gb', 0, ['a/h'])])], 'n2': [gpu(0, [('4g.40gb', 0, ['a/h2'])])]}
+    # each node fits one 3g: a pod asking two is not split across nodes
+    plan = plan_demand(nodes, [pod('a/p', {'3g.40gb': 2})])
+    assert plan['unmet_pods'] == ['a/p'] and plan['gpus_changed'] == 0
+    nodes['n1'].append(gpu(1, [('4g.40gb', 0, ['a/h3'])]))
+    plan = plan_demand(nodes, [pod('a/p', {'3g.40gb': 2})])
+    assert plan['served'][0]['node'] == 'n1'
+    assert [d['gpu'] for d in plan['served'][0]['devices']] == [0, 1]
+
+
+def test_higher_priority_first_then_older():
+    nodes = {'n1': [gpu(0, [('4g.40gb', 0, ['a/h'])])]}
+    want = [pod('a/low', {'3g.40gb': 1}, 1), pod('a/high', {'3g.40gb': 1}, 9)]
+    assert plan_demand(nodes, want)['served'][0]['pod'] == 'a/high'
+    want = [pod('a/young', {'3g.40gb': 1}, 0, '2026-01-02T00:00:00Z'), pod('a/old', {'3g.40gb': 1}, 0, '2026-01-01T00:00:00Z')]
+    assert plan_demand(nodes, want)['served'][0]['pod'] == 'a/old'
+
+
+# ---- decision 5: placement --------------------------------------------------------------------
+
+def test_placement_spares_bigger_profiles():
+    """A 3g on an empty A100 goes to slice 4 (a 4g still fits at 0); a 1g goes beside an existing 3g, not on an empty GPU."""
+    plan = plan_demand({'n1': [gpu(0)]}, [pod('a/p', {'3g.40gb': 1})])
+    assert actions_of(plan, 'n1', 0) == [('create_gpu_instance', '3g.40gb', 4)]
+    plan = plan_demand({'n1': [gpu(0), gpu(1, [('3g.40gb', 4, ['a/h'])])]}, [pod('a/p', {'1g.10gb': 1})])
+    assert plan['served'][0]['devices'][0]['gpu'] == 1
+
+
+# ---- decision 7: determinism; generated layout ------------------------------------------------
+
+def random_fleet(rng):
+    """1 to 3 nodes of 1 to 3 GPUs of mixed models, each with up to 5 random instances, half of them held."""
+    nodes = {}
+    for number in range(rng.randint(1, 3)):
+        gpus = []
+        for index in range(rng.randint(1, 3)):
+            model = rng.choice([A100, 'H100-SXM5-80GB', 'H200', 'B200'])
+            catalog = Catalog.from_data(model_gpu(model)['profiles'])
+            occupancy = Occupancy()
+            made = []
+            for dummy in range(rng.randint(0, 5)):
+                profile = catalog.get(rng.choice(sorted(p for p in catalog.profiles if '+' not in p and '-' not in p)))
+                starts = [s for s in profile.starts if occupancy.can_place(profile, s)]
+                if starts:
+                    start = rng.choice(starts)
+                    occupancy = occupancy.with_instance(profile, start)
+                    made.append((profile.name, start, ['h/%d-%d-%d' % (number, index, len(made))] if rng.random() < 0.5 else []))
+            gpus.append(gpu(index, made, model=model))
+        nodes['node-%d' % number] = {'gpus': gpus}
+    return nodes
+
+
+def random_pending(rng, nodes):
+    profiles = sorted(set(p['name'] for view in nodes.values() for g in view['gpus'] for p in g['profiles']
+                          if '+' not in p['name'] and '-' not in p['name']))
+    return [pod('w/p%d' % number, {rng.choice(profiles): rng.randint(1, 2)}, rng.choice([0, 10, 100]))
+            for number in range(rng.randint(1, 8))]
+
+
+@pytest.mark.parametrize('seed', range(12))
+def test_random_fleets_keep_every_guarantee(seed):
+    rng = random.Random(seed)
+    nodes = random_fleet(rng)
+    pending = random_pending(rng, nodes)
+    plan = plan_demand(nodes, pending)
+    # deterministic, whatever the order of the input
+    shuffled = dict(reversed(list(nodes.items())))
+    assert json.dumps(plan_demand(shuffled, list(reversed(pending))), sort_keys=True) == json.dumps(plan, sort_keys=True)
+    held = set()
+    for node, view in nodes.items():
+        for data in view['gpus']:
+            for gi in data['gpu_instances']:
+                if gi['allocated_to']:
+                    held.add((node, data['index'], gi['id']))
+    assert not held & set(destroyed_ids(plan))
+    assert plan['evictions'] == []
+    for node, view in plan['nodes'].items():
+        for g in view['gpus']:
+            data = [d for d in nodes[node]['gpus'] if d['index'] == g['index']][0]
+            catalog = Catalog.from_data(data['profiles'])
+            # the target is a valid placement (no overlap, counts, media rules)
+            Occupancy.of(catalog, [(i['profile'], i['placement']['start']) for i in g['target']])
+        if view['changed']:
+            layout = view['layout']
+            validated = validate_configs(layout['config'])
+            check_layout(validated, layout['name'])
+            for g, chosen in zip(view['gpus'], match_gpus(validated[layout['name']], nodes[node]['gpus'])['gpus']):
+                want = concrete_instances(chosen['mig_devices'], [d for d in nodes[node]['gpus'] if d['index'] == g['index']][0])
+                got = {}
+                for inst in g['target']:
+                    got[inst['profile']] = got.get(inst['profile'], 0) + 1
+                assert want == got
+    served_devices = sum(len(s['devices']) for s in plan['served'])
+    assert served_devices == sum(sum(p['requests'].values()) for p in pending if p['pod'] not in plan['unmet_pods'])
+
+
+def test_generated_layout_name_is_stable_and_valid():
+    nodes = {'n1': [gpu(0, [('1g.10gb', 0, ['a/h'])]), gpu(1)]}
+    first = plan_demand(nodes, [pod('a/p', {'3g.40gb': 1})])['nodes']['n1']['layout']
+    again = plan_demand(copy.deepcopy(nodes), [pod('a/q', {'3g.40gb': 1})])['nodes']['n1']['layout']
+    assert first == again
+    assert first['name'].startswith('demand-') and len(first['name']) == len('demand-') + 12
+    assert first['config'][first['name']] == [
+        {'devices': [0], 'mig-enabled': True, 'mig-devices': {'1g.10gb': 1, '3g.40gb': 1}},
+        {'devices': [1], 'mig-enabled': True, 'mig-devices': {}},
+    ]
+    check_layout(validate_configs(first['config']), first['name'])
+
+
+# ---- input ------------------------------------------------------------------------------------
+
+def test_kubernetes_pod_objects():
+    k8s_pod = {'metadata': {'namespace': 'ml', 'name': 'train', 'creationTimestamp': '2026-01-01T00:00:00Z'},
+               'spec': {'priority': 7, 'priorityClassName': 'batch',
+                        'containers': [{'resources': {'limits': {'nvidia.com/mig-1g.10gb': '2', 'cpu': '1'}}},
+                                       {'resources': {'limits': {'nvidia.com/mig-1g.10gb': 1, 'nvidia.com/mig-1g.10gb.me': 1}}}],
+                        'initContainers': [{'resources': {'limits': {'nvidia.com/mig-3g.40gb': 1, 'nvidia.com/mig-1g.10gb': 5}}}]}}
+    assert pod_requests(k8s_pod) == {'1g.10gb': 5, '1g.10gb+me': 1, '3g.40gb': 1}
+    plan = plan_demand({'n1': [gpu(0)]}, [k8s_pod])
+    assert plan['unmet_pods'] == ['ml/train']   # 5x1g + 1x1g+me + 3g do not fit one A100
+
+
+@pytest.mark.parametrize('nodes, pending, policy, message', [
+    ([], [], {}, 'nodes must map each node name'),
+    ({'n1': 'x'}, [], {}, 'nodes[n1]: expected the nvidia_mig facts'),
+    ({}, {}, {}, 'pending must be a list of pods'),
+    ({}, ['x'], {}, 'pending[0] must be a mapping'),
+    ({}, [{'pod': 'nonamespace', 'requests': {}}], {}, "pending[0]: 'pod' must be 'namespace/name'"),
+    ({}, [{'pod': 'a/b', 'requests': {'nvidia.com/gpu': 1}}], {}, "pending[0] (a/b): 'nvidia.com/gpu' is not a MIG device"),
+    ({}, [{'pod': 'a/b', 'requests': {'1g.10gb': -1}}], {}, 'pending[0] (a/b): count of 1g.10gb must not be negative'),
+    ({}, [{'pod': 'a/b', 'requests': {'1g.10gb': True}}], {}, 'count of 1g.10gb must be an integer'),
+    ({}, [{'pod': 'a/b', 'requests': {}}, {'pod': 'a/b', 'requests': {}}], {}, 'pod a/b is listed more than once'),
+    ({}, [], {'evict': 1}, 'policy: unknown key(s) evict'),
+    ({}, [], {'max_gpus_per_run': -1}, 'policy.max_gpus_per_run must not be negative'),
+    ({}, [], {'evict_below_priority': 'low'}, 'policy.evict_below_priority must be an integer'),
+    ({}, [], {'reshape_nodes': 'n1'}, 'policy.reshape_nodes must be a list'),
+])
+def test_bad_input_is_one_line(nodes, pending, policy, message):
+    with pytest.raises(DemandPlanError) as caught:
+        plan_demand(nodes, pending, policy)
+    assert message in str(caught.value)
+    assert '\n' not in str(caught.value)
