@@ -281,7 +281,7 @@ class _Gpu(object):
 _MAX_SLICES = 8
 
 
-def _room(catalog, occupancy):
+def room(catalog, occupancy):
     """What a placement should spare, per instance size (memory slices), largest first: the most instances of
     one plain profile of that size that alone still fit. Same length for every model, so GPUs of different
     models compare position by position. (Adding up the profiles of a size, 4g and 3g, instead of taking
@@ -350,12 +350,12 @@ def _floor_allows(gpu, destroyed):
 def _best_start(gpu, profile, occupancy):
     """(loss, start) of the placement of ``profile`` that takes the least room, or None. Between equal
     losses, where an instance of that profile released by this plan sits (it is kept), then the lowest start."""
-    before = _room(gpu.catalog, occupancy)
+    before = room(gpu.catalog, occupancy)
     released = [i.start for i in gpu.instances if i.released and i.gone and i.profile == profile.name]
     best = None
     for start in profile.starts:
         if occupancy.can_place(profile, start):
-            after = _room(gpu.catalog, occupancy.with_instance(profile, start))
+            after = room(gpu.catalog, occupancy.with_instance(profile, start))
             candidate = (tuple(b - a for b, a in zip(before, after)), start not in released, start)
             if best is None or candidate < best:
                 best = candidate
