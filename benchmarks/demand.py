@@ -459,8 +459,8 @@ def main(argv=None):
           'bursts of %d at %s, patience %g min, %d requests'
           % (options.seed, options.hours, options.gpus, ', '.join(MODELS), fleet_slices, options.load, options.burst,
              ' and '.join('%02d:00' % h for h in BURST_HOURS), options.patience, len(requests)))
-    header = '%-26s %8s %8s %13s %12s %9s %8s %17s' % ('policy', 'requests', 'placed', 'mean pending', 'p95 pending',
-                                                        'reconfig', 'evicted', 'stranded slice-h')
+    columns = ('policy', 'requests', 'placed', 'mean pending', 'p95 pending', 'reconfig', 'evicted', 'stranded slice-h')
+    header = '%-26s %8s %8s %13s %12s %9s %8s %17s' % columns
     print(header)
     print('-' * len(header))
     results = {}
