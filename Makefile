@@ -65,7 +65,7 @@ integration: test-copy
 	$(ANSIBLE_TEST) integration --python 3.11 --requirements --color no --local
 
 # In this order; tests/run_suites.sh builds the cluster's Go binaries meanwhile and prints the times.
-SUITES := lint sanity units floor-test integration support-test molecule awx-test browser-test prometheus-test fleet-test cluster-test
+SUITES := lint sanity units floor-test integration support-test molecule awx-test browser-test prometheus-test fleet-test eda-test cluster-test
 
 test: bootstrap
 	tests/run_suites.sh $(SUITES)

@@ -49,3 +49,21 @@ def select_gpus(gpus, selectors):
         for gpu, explicit in matched:
             chosen[gpu['index']] = (gpu, explicit or chosen.get(gpu['index'], (None, False))[1])
     return [chosen[index] for index in sorted(chosen)]
+
+
+def select_mig_gpus(gpus, selectors):
+    """The MIG-capable GPUs the selectors name, in index order, and the others matched only through ``all``.
+
+    Returns ``(selected, skipped)``; ``skipped`` entries are ``{index, name, reason}`` (the modules' ``skipped_gpus``).
+    A GPU without MIG named explicitly (index, UUID or PCI device id) is an error.
+    """
+    selected = []
+    skipped = []
+    for gpu, explicit in select_gpus(gpus, selectors):
+        if gpu['mig_capable']:
+            selected.append(gpu)
+        elif explicit:
+            raise SelectionError('GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
+        else:
+            skipped.append({'index': gpu['index'], 'name': gpu['name'], 'reason': 'not MIG-capable'})
+    return selected, skipped

@@ -156,7 +156,7 @@ pod_resources:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError, select_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import index_id_refusal
@@ -192,13 +192,8 @@ def plan_selected(host, params, check_mode, held=None):
     wanted = wanted_instances(params)
     held = held or {}
     plans = []
-    skipped = []
-    for gpu, explicit in select_gpus(host['gpus'], params['gpus']):
-        if not gpu['mig_capable']:
-            if explicit:
-                raise SelectionError('GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
-            skipped.append({'index': gpu['index'], 'name': gpu['name'], 'reason': 'not MIG-capable'})
-            continue
+    selected, skipped = select_mig_gpus(host['gpus'], params['gpus'])
+    for gpu in selected:
         mode = gpu['mig_mode']
         if mode['current'] != 'enabled':
             if not (check_mode and mode['pending'] == 'enabled'):

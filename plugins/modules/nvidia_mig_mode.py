@@ -128,7 +128,7 @@ pod_resources:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError, select_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import plan_gpu
@@ -158,14 +158,9 @@ def main_body(module):
         pod_devices, pod_status = read_pod_resources(module)
         host = backend.read_host()
         held = host_allocations(host, pod_devices)
-        skipped = []
         decisions = []
-        for gpu, explicit in select_gpus(host['gpus'], module.params['gpus']):
-            if not gpu['mig_capable']:
-                if explicit:
-                    raise SelectionError('GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
-                skipped.append({'index': gpu['index'], 'name': gpu['name'], 'reason': 'not MIG-capable'})
-                continue
+        selected, skipped = select_mig_gpus(host['gpus'], module.params['gpus'])
+        for gpu in selected:
             gpu_held = held.get(gpu['uuid']) or {}
             decisions.append(ModeDecision(gpu, wanted_enabled, allow_reset, pods=pods_holding(gpu_held)))
         problems = [d.problem() for d in decisions if d.problem()]

@@ -110,6 +110,12 @@ actions:
   returned: always
   type: list
   elements: dict
+skipped_gpus:
+  description: GPUs matched through V(all) that are not MIG-capable, with the reason.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{index: 3, name: NVIDIA L40S, reason: not MIG-capable}]
 resources:
   description: The extended resources NVIDIA's device plugin (mixed strategy) advertises for the GPUs as they end.
   returned: always
@@ -118,7 +124,7 @@ resources:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, current_specs, plan_gpu_specs
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
@@ -181,9 +187,8 @@ def main_body(module):
         host = backend.read_host()
         held = host_allocations(host, pod_devices)
         planned = []
-        for gpu, dummy in select_gpus(host['gpus'], params['gpus']):
-            if not gpu['mig_capable']:
-                continue
+        selected, skipped = select_mig_gpus(host['gpus'], params['gpus'])
+        for gpu in selected:
             gpu_held = held.get(gpu['uuid']) or {}
             status, reason, plan = plan_repack(gpu, gpu_held.get('instances', {}), params, gpu_held.get('index_pods', []))
             planned.append((gpu, status, reason, plan))
@@ -204,7 +209,7 @@ def main_body(module):
                 'after_layout': plan.after if plan else None,
             })
         resources = node_resources(backend.read_host(with_profiles=False) if done else host)
-    output = dict(changed=bool(done), gpus=results, actions=done, resources=resources)
+    output = dict(changed=bool(done), gpus=results, actions=done, resources=resources, skipped_gpus=skipped)
     if module._diff:
         moved = [r for r in results if r['status'] == 'repacked']
         output['diff'] = {

@@ -104,7 +104,8 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
 
     templates = dict((jt['name'], jt) for jt in fake.find('job_templates'))
     assert sorted(templates) == sorted(['MIG layout - daytime', 'MIG layout - nighttime', 'MIG report',
-                                        defaults['awx_repack_template_name'], defaults['awx_config_template_name']])
+                                        defaults['awx_repack_template_name'], defaults['awx_demand_template_name'],
+                                        defaults['awx_config_template_name']])
     for jt in templates.values():
         assert (jt['project'], jt['inventory'], jt['organization'], jt['execution_environment']) == (
             project['id'], inventory['id'], org['id'], ee['id'])
@@ -124,6 +125,12 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
         'mig_layout_repack_stranded_above': defaults['awx_repack_stranded_above']}
     assert (repack['job_slice_count'], repack['allow_simultaneous']) == (1, False)
     assert credential_names(fake, 'job_templates', repack) == ['GPU hosts - SSH', 'Fleet vault']
+    demand = templates[defaults['awx_demand_template_name']]
+    assert demand['playbook'] == 'playbooks/mig_demand.yml'
+    assert json.loads(demand['extra_vars']) == {'mig_layout_serial': '25%', 'mig_layout_max_fail_percentage': 25,
+                                                'mig_demand_policy': {}}
+    assert (demand['job_slice_count'], demand['allow_simultaneous']) == (1, False)
+    assert credential_names(fake, 'job_templates', demand) == ['GPU hosts - SSH', 'Fleet vault']
     report = templates['MIG report']
     assert (report['playbook'], report['job_slice_count']) == ('playbooks/mig_report.yml', 8)
     assert credential_names(fake, 'job_templates', report) == ['GPU hosts - SSH', 'Fleet vault']
@@ -133,10 +140,14 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
 
     schedules = dict((s['name'], s) for s in fake.find('schedules'))
     repack_schedules = ['%s - schedule %s' % (defaults['awx_repack_template_name'], time) for time in defaults['awx_repack_times']]
-    assert sorted(schedules) == sorted(['MIG layout - daytime - schedule', 'MIG layout - nighttime - schedule'] + repack_schedules)
-    for name, time in zip(repack_schedules, defaults['awx_repack_times']):
-        assert schedules[name]['unified_job_template'] == repack['id']
-        assert schedules[name]['rrule'] == awx_rrule(time, 'Europe/Berlin', [], defaults['awx_schedule_start_date'])
+    demand_schedules = ['%s - schedule %s' % (defaults['awx_demand_template_name'], time) for time in defaults['awx_demand_times']]
+    assert sorted(schedules) == sorted(['MIG layout - daytime - schedule', 'MIG layout - nighttime - schedule'] + repack_schedules
+                                       + demand_schedules)
+    for names, times, template in ((repack_schedules, defaults['awx_repack_times'], repack),
+                                   (demand_schedules, defaults['awx_demand_times'], demand)):
+        for name, time in zip(names, times):
+            assert schedules[name]['unified_job_template'] == template['id']
+            assert schedules[name]['rrule'] == awx_rrule(time, 'Europe/Berlin', [], defaults['awx_schedule_start_date'])
     for switch in defaults['awx_layout_switches']:
         schedule = schedules['MIG layout - %s - schedule' % switch['layout']]
         assert schedule['unified_job_template'] == templates['MIG layout - %s' % switch['layout']]['id']
@@ -158,15 +169,17 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
     # Neither in the output nor in any event (module arguments and results).
     assert fake.token not in json.dumps(second.to_dict(raw=True))
 
-    # New York, weekdays only: the schedules (two switches, two repacks) are updated in place, nothing else changes.
+    # New York, weekdays only: the schedules (two switches, two repacks, two demand runs) are updated in place, nothing
+    # else changes.
     fake.requests[:] = []
     third = configure(tmp_path, url, fake.token, dict(SETTINGS, awx_schedule_timezone='America/New_York',
                                                       awx_schedule_weekdays=['weekdays']), name='vars3.yml')
     assert third.rc == 0, third.describe()
-    assert third.changed_tasks('localhost') == ['Schedules of the layout switches', 'Schedules of the repack'], third.describe()
+    assert third.changed_tasks('localhost') == ['Schedules of the layout switches', 'Schedules of the repack',
+                                                'Schedules of the demand run'], third.describe()
     patched = sorted(path for method, path in fake.changes())
     assert patched == sorted(schedule['url'] for schedule in schedules.values())
-    assert len(fake.find('schedules')) == 4
+    assert len(fake.find('schedules')) == 6
     for name in sorted(schedules):
         rule = fake.one('schedules', name=name)['rrule']
         assert rule.startswith('DTSTART;TZID=America/New_York:'), (name, rule)

@@ -26,10 +26,10 @@ from .conftest import REPO, load_yaml, run
 
 pytest.importorskip('ansible_builder')
 
-# Top-level entries of the tarball: what users run, its documentation, licence and changelog, and the files
-# ansible-builder reads.
+# Top-level entries of the tarball: what users run (Event-Driven Ansible's event source and rulebook under
+# extensions/eda included), its documentation, licence and changelog, and the files ansible-builder reads.
 SHIPPED_TOP = {'MANIFEST.json', 'FILES.json', 'LICENSE', 'README.md', 'CHANGELOG.rst', 'requirements.txt', 'bindep.txt',
-               'changelogs', 'docs', 'inventories', 'meta', 'playbooks', 'plugins', 'roles'}
+               'changelogs', 'docs', 'extensions', 'inventories', 'meta', 'playbooks', 'plugins', 'roles'}
 # Development only: never in the tarball (tests and their simulator, make files, benchmarks, this checkout's EE
 # definition and pinned requirements, unreleased changelog fragments, build and venv folders).
 NOT_SHIPPED = ('tests/', 'molecule/', 'mk/', 'Makefile', 'benchmarks/', 'build/', '.venv', 'simulator/',
@@ -71,7 +71,8 @@ def test_the_tarball_holds_what_users_run_and_nothing_of_the_development_tree(bu
     shipped = set(name for name in tracked_files() if name.split('/')[0] in SHIPPED_TOP and not name.startswith(NOT_SHIPPED))
     assert shipped - names == set()
     for member in ('plugins/modules/nvidia_mig_layout_failure.py', 'roles/mig_layout/tasks/main.yml', 'playbooks/mig_layout.yml',
-                   'meta/execution-environment.yml', 'meta/runtime.yml'):
+                   'meta/execution-environment.yml', 'meta/runtime.yml', 'playbooks/mig_demand.yml',
+                   'extensions/eda/plugins/event_source/mig_pending_pods.py', 'extensions/eda/rulebooks/mig_demand.yml'):
         assert member in names, member
 
 

@@ -25,8 +25,8 @@ def template_playbooks():
 
 
 def test_job_templates_name_the_expected_playbooks():
-    assert template_playbooks() == ['playbooks/awx_configure.yml', 'playbooks/mig_layout.yml', 'playbooks/mig_repack.yml',
-                                    'playbooks/mig_report.yml']
+    assert template_playbooks() == ['playbooks/awx_configure.yml', 'playbooks/mig_demand.yml', 'playbooks/mig_layout.yml',
+                                    'playbooks/mig_repack.yml', 'playbooks/mig_report.yml']
 
 
 def test_every_awx_module_is_called_by_fqcn_and_the_organization_is_only_looked_up():

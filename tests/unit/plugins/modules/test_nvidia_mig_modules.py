@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import ModuleFailure, run_module
-from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode
+from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode, nvidia_mig_repack
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.conftest import mig_uuids, pods_on
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS
@@ -192,6 +192,22 @@ def test_mode_disable_refuses_busy_gpu_and_changes_nothing(simulated_host, run_m
     host = busy_3g_host(simulated_host)
     result, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled'})
     assert failed and '4242' in result['msg'] and 'GPU 0' in result['msg']
+    assert mutating_calls(host) == []
+
+
+@pytest.mark.parametrize('module, args', [
+    (nvidia_mig_mode, {'state': 'enabled'}),
+    (nvidia_mig_instance, {'instances': {}, 'state': 'present'}),
+    (nvidia_mig_repack, {'pod_resources': 'off'}),
+], ids=['mode', 'instance', 'repack'])
+def test_every_gpu_module_skips_a_gpu_without_mig_under_all_and_refuses_it_by_name(simulated_host, run_module, module, args):
+    host = simulated_host([{'model': 'L40S'}, {'model': 'H200', 'mig': {'current': 'enabled', 'pending': 'enabled'}}])
+    result, failed = run_module(module.main, dict(args, gpus=['all']), check_mode=True)
+    assert not failed, result
+    assert result['skipped_gpus'] == [{'index': 0, 'name': 'NVIDIA L40S', 'reason': 'not MIG-capable'}]
+    assert [g['index'] for g in result['gpus']] == [1]
+    result, failed = run_module(module.main, dict(args, gpus=[0]), check_mode=True)
+    assert failed and result['msg'] == 'GPU 0 (NVIDIA L40S) is not MIG-capable'
     assert mutating_calls(host) == []
 
 
