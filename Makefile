@@ -18,7 +18,7 @@ help:
 	@echo "make demo   - run playbooks/site.yml on the built-in simulated fleet (no GPU needed)"
 	@echo "make test   - every suite (see SUITES), the cluster's Go build in the background, each suite's time printed"
 	@echo "make check  - the everyday loop: lint, ansible-test sanity, unit tests"
-	@echo "make benchmark - print planner, rollout and fragmentation figures"
+	@echo "make benchmark - print planner, rollout, fragmentation and demand figures"
 
 bootstrap: $(VENV)/.bootstrapped $(COLLECTION_LINK)
 
@@ -76,4 +76,5 @@ check: bootstrap
 benchmark: bootstrap
 	$(PYTEST_ENV) $(ANSIBLE_ENV) $(PY) benchmarks/planner.py
 	$(PYTEST_ENV) $(ANSIBLE_ENV) $(PY) benchmarks/fragmentation.py
+	$(PYTEST_ENV) $(ANSIBLE_ENV) $(PY) benchmarks/demand.py
 	$(ANSIBLE_ENV) $(PY) benchmarks/rollout.py

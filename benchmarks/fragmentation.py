@@ -3,7 +3,7 @@
 """Fragmentation benchmark: stranded memory under first-fit, planned placement and scheduled repacking.
 
 Replays one seeded stream of MIG requests per GPU model against a node of ``--gpus`` GPUs
-with three strategies and prints what each leaves stranded. docs/fragmentation.md explains
+with five strategies and prints what each leaves stranded. docs/fragmentation.md explains
 the model and the figures.
 
 Workload model (the same request stream and the same rules for every strategy):
@@ -32,12 +32,17 @@ Strategies (they differ only in where a new instance goes and in repacking):
 - (a) first-fit: the driver's choice, as ``nvmlDeviceCreateGpuInstance`` without a placement
   does it (order observed on recent drivers, the simulator's AUTO_PLACEMENT tables: 1g at
   6, 4, 5, 0, 1, 2, 3; the first 2g and 3g at 4).
+- (a') lowest-start first-fit: the lowest free placement in NVML's order (what a scheduler taking
+  NVML's placements in order does, as NVIDIA's DRA driver's dynamic MIG does).
 - (b) planner: ``plan_gpu`` of _mig_planner with the current instances kept and one more of
   the profile wanted; it places it where the largest placeable space is left.
 - (c) planner + repack: (b), and every ``--repack-every`` minutes ``plan_gpu(repack=True)``
   on each GPU that has idle instances and stranded slices or fragmentation of at least
   ``--fragmentation-threshold``; the idle instances it moves are counted as moves (an idle
   instance keeps its idle time across a move).
+- (d) demand placement: where the fleet demand planner (_demand_planner.room) puts a new
+  instance: the start that takes the least room from bigger instances (per instance size,
+  largest first, how many still fit), then the lowest.
 
 Stranded slices and fragmentation are those of _mig_geometry.analyze (docs/fragmentation.md):
 stranded slices integrated over time on every GPU of the node, fragmentation averaged over
@@ -70,6 +75,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import 
     placeable_count,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import plan_gpu  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import room  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu  # noqa: E402
 from gpufleet_nvml_sim.models import get_model  # noqa: E402
 
@@ -78,8 +84,9 @@ MODELS = ['A100-SXM4-80GB', 'H100-SXM5-80GB', 'H200', 'A30']
 MIX_8_SLICES = ((1, 1, 0.40), (1, 2, 0.10), (2, 2, 0.20), (3, 4, 0.17), (4, 4, 0.05), (7, 8, 0.08))
 MIX_4_SLICES = ((1, 1, 0.50), (2, 2, 0.35), (4, 4, 0.15))
 PLAIN_PROFILE = re.compile(r'^[0-9]+g\.[0-9]+gb$')
-STRATEGIES = ('first-fit', 'planner', 'planner+repack')
-LABELS = {'first-fit': '(a) first-fit', 'planner': '(b) planner', 'planner+repack': '(c) planner+repack'}
+STRATEGIES = ('first-fit', 'lowest-start', 'planner', 'planner+repack', 'demand')
+LABELS = {'first-fit': '(a) first-fit', 'lowest-start': "(a') lowest-start", 'planner': '(b) planner',
+          'planner+repack': '(c) planner+repack', 'demand': '(d) demand placement'}
 
 
 class Request(object):
@@ -203,6 +210,35 @@ def auto_start(gpu, profile_name, auto_order):
     raise AssertionError('auto placement asked for a profile that does not fit')
 
 
+def lowest_start(gpu, profile_name):
+    """The lowest free placement in NVML's order (nvmlDeviceGetGpuInstancePossiblePlacements lists them by
+    start): what a scheduler taking NVML's placements in order does, NVIDIA's DRA driver with dynamic MIG included."""
+    profile = gpu.catalog.get(profile_name)
+    occupancy = gpu.occupancy()
+    for start in profile.starts:
+        if occupancy.can_place(profile, start):
+            return start
+    raise AssertionError('lowest-start placement asked for a profile that does not fit')
+
+
+def demand_start(gpu, profile_name):
+    """Where the fleet demand planner (_demand_planner) puts one more instance: the start that takes the least
+    room from bigger instances, then the lowest."""
+    profile = gpu.catalog.get(profile_name)
+    occupancy = gpu.occupancy()
+    before = room(gpu.catalog, occupancy)
+    best = None
+    for start in profile.starts:
+        if occupancy.can_place(profile, start):
+            after = room(gpu.catalog, occupancy.with_instance(profile, start))
+            candidate = (tuple(b - a for b, a in zip(before, after)), start)
+            if best is None or candidate < best:
+                best = candidate
+    if best is None:
+        raise AssertionError('demand placement asked for a profile that does not fit')
+    return best[1]
+
+
 _PLANNED = {}
 
 
@@ -295,6 +331,10 @@ class Run(object):
     def place_new(self, gpu, profile):
         if self.strategy == 'first-fit':
             start = auto_start(gpu, profile, self.auto_order)
+        elif self.strategy == 'lowest-start':
+            start = lowest_start(gpu, profile)
+        elif self.strategy == 'demand':
+            start = demand_start(gpu, profile)
         else:
             start = planner_start(gpu, profile)
         return gpu.add(profile, start, allocated=True)
@@ -454,11 +494,11 @@ def format_ratio(part, whole):
     return '%.2f' % (part / whole) if whole else 'n/a (none stranded)'
 
 
-def stranded_ratios(results, totals, numerator):
+def stranded_ratios(results, totals, numerator, baseline='first-fit'):
     parts = []
     for model, runs in results.items():
-        parts.append('%s %s' % (model, format_ratio(runs[numerator].stranded_area, runs['first-fit'].stranded_area)))
-    parts.append('total %s' % format_ratio(totals[numerator]['stranded'], totals['first-fit']['stranded']))
+        parts.append('%s %s' % (model, format_ratio(runs[numerator].stranded_area, runs[baseline].stranded_area)))
+    parts.append('total %s' % format_ratio(totals[numerator]['stranded'], totals[baseline]['stranded']))
     return ', '.join(parts)
 
 
@@ -490,11 +530,16 @@ def main(argv=None):
     totals = print_table(pool, options)
     print('stranded slice-hours (c)/(a): %s' % stranded_ratios(pool, totals, 'planner+repack'))
     print('stranded slice-hours (b)/(a): %s' % stranded_ratios(pool, totals, 'planner'))
+    print("stranded slice-hours (c)/(a'): %s" % stranded_ratios(pool, totals, 'planner+repack', 'lowest-start'))
+    print("stranded slice-hours (b)/(a'): %s" % stranded_ratios(pool, totals, 'planner', 'lowest-start'))
+    print("stranded slice-hours (d)/(a'): %s" % stranded_ratios(pool, totals, 'demand', 'lowest-start'))
     print()
     print('Purely dynamic (instance destroyed when its pod leaves: nothing idle, so (c) has nothing it may move):')
     dynamic = simulate(options, 0)
     dynamic_totals = print_table(dynamic, options)
     print('stranded slice-hours (c)/(a): %s' % stranded_ratios(dynamic, dynamic_totals, 'planner+repack'))
+    print("stranded slice-hours (b)/(a'): %s" % stranded_ratios(dynamic, dynamic_totals, 'planner', 'lowest-start'))
+    print("stranded slice-hours (d)/(a'): %s" % stranded_ratios(dynamic, dynamic_totals, 'demand', 'lowest-start'))
     print('run time %.1f s wall, %.1f s CPU (one core)' % (time.perf_counter() - started, time.process_time() - cpu_started))
     return 0
 

@@ -1,6 +1,7 @@
 # Event-Driven Ansible (docs/eda.md): the event source gpufleet.mig.mig_pending_pods and the rulebook
 # extensions/eda/rulebooks/mig_demand.yml under the real ansible-rulebook (tests/eda), against a fake API
-# server that serves bursts of unschedulable MIG pods; the rulebook's action runs a playbook. Its own
+# server that serves bursts of unschedulable MIG pods; the rulebook's action runs a recording playbook, then
+# the real playbooks/mig_demand.yml on the simulated fleet (a 7g.80gb created for the pod). Its own
 # virtualenv .venv-eda (requirements/eda.txt, pinned in full); installs Debian's openjdk-17-jre-headless
 # (Java 17 for the rule engine) when missing (root). The event source's pure rules are unit-tested by
 # `make units` (tests/unit/extensions).
@@ -15,5 +16,6 @@ $(EDA_VENV)/.installed: requirements/eda.txt
 	$(EDA_PY) -m pip install --quiet -r requirements/eda.txt
 	touch $@
 
-eda-test: $(EDA_VENV)/.installed $(COLLECTION_LINK)
-	$(PYTEST_ENV) $(EDA_PY) -m pytest -q -p no:cacheprovider -s tests/eda
+# The rulebook's real playbook runs with .venv's ansible-playbook (kubernetes.core, which the rollout names).
+eda-test: $(EDA_VENV)/.installed bootstrap
+	GPUFLEET_EDA_ANSIBLE_BIN=$(CURDIR)/$(BIN) $(PYTEST_ENV) $(EDA_PY) -m pytest -q -p no:cacheprovider -s tests/eda

@@ -36,6 +36,12 @@ Decisions:
 7. Deterministic: every iteration is over sorted keys; no set or dict order decides anything.
 8. Unmet demand: one line per profile, with the cause and the nearest GPU (fewest pods in
    the way of any placement of the profile).
+9. With ``release_idle`` (off by default), every idle instance nobody holds and the floor does not
+   keep counts as free slices before anything is placed, and is destroyed unless a new instance
+   of its profile goes exactly where it is (then it is kept and serves). Instances then live only
+   while a pod needs them (above the floor), and requests are placed on free slices instead of
+   being bound to instances left wherever earlier demand put them. GPUs that change only by
+   releasing count toward ``max_gpus_per_run`` and keep their instances beyond it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -60,7 +66,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import M
 
 LAYOUT_PREFIX = 'demand-'
 DISRUPTION_ORDER = ('none', 'create-only', 'destroy-idle', 'evict')
-POLICY_KEYS = ('reshape_nodes', 'floor', 'max_gpus_per_run', 'evict_below_priority', 'running_priorities')
+POLICY_KEYS = ('reshape_nodes', 'floor', 'max_gpus_per_run', 'evict_below_priority', 'running_priorities', 'release_idle')
 # Stages of decision 2, in the order they are tried.
 _EXISTING, _CREATE, _DESTROY_IDLE, _EVICT = 0, 1, 2, 3
 _STAGE_DISRUPTION = {_EXISTING: 'none', _CREATE: 'create-only', _DESTROY_IDLE: 'destroy-idle', _EVICT: 'evict'}
@@ -174,13 +180,16 @@ def _policy(policy, node_names):
     floor = policy.get('floor') or {}
     if not isinstance(floor, dict):
         raise DemandPlanError('policy.floor must map a node to {profile: count} or {GPU index: {profile: count}}')
+    release_idle = policy.get('release_idle', False)
+    if not isinstance(release_idle, bool):
+        raise DemandPlanError('policy.release_idle must be true or false, got %r' % (release_idle,))
     running = policy.get('running_priorities') or {}
     if not isinstance(running, dict):
         raise DemandPlanError("policy.running_priorities must map 'namespace/name' to a priority")
     for pod in sorted(running):
         _int(running[pod], 'policy.running_priorities[%s]' % pod)
     return {'reshape_nodes': sorted(set(reshape)), 'floor': floor, 'max_gpus_per_run': max_gpus,
-            'evict_below_priority': evict_below, 'running_priorities': running}
+            'evict_below_priority': evict_below, 'running_priorities': running, 'release_idle': release_idle}
 
 
 def _floor_of(floor, node, index):
@@ -200,7 +209,7 @@ def _floor_of(floor, node, index):
 # ---- fleet state ----------------------------------------------------------------------------
 
 class _Instance(object):
-    __slots__ = ('id', 'profile', 'start', 'compute_instances', 'holders', 'pids', 'new', 'gone', 'serves')
+    __slots__ = ('id', 'profile', 'start', 'compute_instances', 'holders', 'pids', 'new', 'gone', 'serves', 'released')
 
     def __init__(self, instance_id, profile, start, compute_instances=(), holders=(), pids=(), new=False):
         self.id = instance_id
@@ -212,11 +221,13 @@ class _Instance(object):
         self.new = new
         self.gone = False
         self.serves = []
+        self.released = False
 
     def copy(self):
         twin = _Instance(self.id, self.profile, self.start, self.compute_instances, self.holders, self.pids, self.new)
         twin.gone = self.gone
         twin.serves = list(self.serves)
+        twin.released = self.released
         return twin
 
     @property
@@ -265,9 +276,22 @@ class _Gpu(object):
         return 'node %s GPU %s' % (self.node, self.index)
 
 
-def _room(catalog, occupancy):
-    """How many of each profile alone still fit, largest profile first: what a placement should spare."""
-    return tuple(placeable_count(catalog, occupancy, catalog.profiles[name]) for name in reversed(catalog.names()))
+# The most memory slices a GPU has (8 on A100 to B300): room is counted per instance size up to it, so the
+# room of GPUs of different models compares position by position.
+_MAX_SLICES = 8
+
+
+def room(catalog, occupancy):
+    """What a placement should spare, per instance size (memory slices), largest first: the most instances of
+    one plain profile of that size that alone still fit. Same length for every model, so GPUs of different
+    models compare position by position. (Adding up the profiles of a size, 4g and 3g, instead of taking
+    the best, placed fewer requests in benchmarks/demand.py: docs/demand.md.)"""
+    room = [0] * _MAX_SLICES
+    for profile in catalog.profiles.values():
+        if profile.plain and 0 < profile.memory_slices <= _MAX_SLICES:
+            position = _MAX_SLICES - profile.memory_slices
+            room[position] = max(room[position], placeable_count(catalog, occupancy, profile))
+    return tuple(room)
 
 
 def _gpus_of(nodes, policy):
@@ -315,24 +339,27 @@ def _destroyable(gpu, stage, pod, policy, evicted):
 
 
 def _floor_allows(gpu, destroyed):
+    """Whether destroying ``destroyed`` leaves at least the floor of each profile it takes from."""
     counts = {}
     for inst in gpu.live():
         if inst not in destroyed:
             counts[inst.profile] = counts.get(inst.profile, 0) + 1
-    return all(counts.get(profile, 0) >= count for profile, count in gpu.floor.items())
+    return all(counts.get(inst.profile, 0) >= gpu.floor.get(inst.profile, 0) for inst in destroyed)
 
 
 def _best_start(gpu, profile, occupancy):
-    """(loss, start) of the placement of ``profile`` that takes the least room, or None."""
-    before = _room(gpu.catalog, occupancy)
+    """(loss, start) of the placement of ``profile`` that takes the least room, or None. Between equal
+    losses, where an instance of that profile released by this plan sits (it is kept), then the lowest start."""
+    before = room(gpu.catalog, occupancy)
+    released = [i.start for i in gpu.instances if i.released and i.gone and i.profile == profile.name]
     best = None
     for start in profile.starts:
         if occupancy.can_place(profile, start):
-            after = _room(gpu.catalog, occupancy.with_instance(profile, start))
-            candidate = (tuple(b - a for b, a in zip(before, after)), start)
+            after = room(gpu.catalog, occupancy.with_instance(profile, start))
+            candidate = (tuple(b - a for b, a in zip(before, after)), start not in released, start)
             if best is None or candidate < best:
                 best = candidate
-    return best
+    return None if best is None else (best[0], best[2])
 
 
 def _option(gpu, profile_name, stage, pod, policy, budget_left, evicted):
@@ -373,6 +400,12 @@ def _apply(gpu, profile_name, choice, pod, evicted):
         choice[1].serves.append(pod['pod'])
         return gpu_evictions
     dummy, destroyed, start = choice
+    for inst in gpu.instances:
+        if inst.released and inst.gone and inst.profile == profile_name and inst.start == start:
+            # an idle instance released by this plan where the new one would go: kept, nothing changes
+            inst.gone = False
+            inst.serves.append(pod['pod'])
+            return gpu_evictions
     for inst in destroyed:
         inst.gone = True
         for holder in inst.holders:
@@ -432,12 +465,19 @@ def plan_demand(nodes, pending, policy=None):
     for gpu in gpus:
         by_node.setdefault(gpu.node, []).append(gpu)
     waiting = sorted((p for p in pods if p['requests']), key=lambda p: (-p['priority'], p['created'], p['pod']))
+    if settings['release_idle']:
+        _release_idle(gpus)
     served = {}
     evicted = {}
     stages = [_CREATE, _DESTROY_IDLE] + ([_EVICT] if settings['evict_below_priority'] is not None else [])
     for stage in stages:
+        # What failed stays failed until something is served: the state and the budget change only then.
+        failed = set()
         for pod in waiting:
             if pod['pod'] in served:
+                continue
+            signature = (tuple(sorted(pod['requests'].items())), pod['priority'] if stage == _EVICT else None)
+            if signature in failed:
                 continue
             budget_left = None
             if settings['max_gpus_per_run'] is not None:
@@ -448,13 +488,48 @@ def plan_demand(nodes, pending, policy=None):
                 if tried is not None and (best is None or (tried[0], node) < best[0]):
                     best = ((tried[0], node), tried[1], tried[2])
             if best is None:
+                failed.add(signature)
                 continue
+            failed = set()
             node = best[0][1]
             for mine, theirs in zip(by_node[node], best[1]):
                 mine.__dict__.update(theirs.__dict__)
             evicted = best[2]
             served[pod['pod']] = node
+    if settings['release_idle']:
+        _keep_released_within_budget(gpus, settings['max_gpus_per_run'])
     return _report(gpus, before, pods, waiting, served, evicted, settings)
+
+
+def _release_idle(gpus):
+    """Decision 9: the idle instances nobody holds and the floor does not keep become free slices."""
+    for gpu in gpus:
+        if not gpu.reshape:
+            continue
+        for inst in sorted(gpu.live(), key=lambda i: -i.start):
+            if inst.free and _floor_allows(gpu, [inst]):
+                inst.gone = True
+                inst.released = True
+
+
+def _really_changed(gpu):
+    return any(i.new != i.gone for i in gpu.instances)
+
+
+def _keep_released_within_budget(gpus, budget):
+    """GPUs whose only change is releasing idle instances give them back, last first, beyond the GPU budget."""
+    if budget is None:
+        return
+    changed = [g for g in gpus if _really_changed(g)]
+    release_only = [g for g in changed if not any(i.new or (i.gone and not i.released) for i in g.instances)]
+    for gpu in reversed(release_only):
+        if len(changed) <= budget:
+            break
+        for inst in gpu.instances:
+            if inst.released:
+                inst.gone = False
+                inst.released = False
+        changed.remove(gpu)
 
 
 def _instance_view(gpu, inst):
@@ -549,7 +624,7 @@ def _report(gpus, before, pods, waiting, served, evicted, settings):
             served_list.append({'pod': pod['pod'], 'node': node, 'devices': devices})
     unmet_pods = [p for p in waiting if p['pod'] not in served]
     unmet = _explain_unmet(gpus, unmet_pods, settings)
-    changed = sum(1 for g in gpus if g.changed)
+    changed = sum(1 for g in gpus if _really_changed(g))
     lines = []
     for node in sorted(nodes):
         if nodes[node]['changed']:
@@ -612,7 +687,7 @@ def _explain_unmet(gpus, unmet_pods, settings):
                          % (head, ', '.join(sorted(set(g.node for g in offering)))))
             continue
         budget = settings['max_gpus_per_run']
-        changed = sum(1 for g in gpus if g.changed)
+        changed = sum(1 for g in gpus if _really_changed(g))
         nearest = None
         for gpu in open_gpus:
             way = _in_the_way(gpu, gpu.catalog.get(profile_name))

@@ -155,3 +155,74 @@ def test_one_playbook_run_per_burst_with_every_pending_mig_request(java, api, tm
     assert TOKEN not in output
     assert all(q.get('fieldSelector') == 'status.phase=Pending' for q in api.requests)
     assert set(api.paths) == {'/api/v1/pods'}
+
+
+def simulated_inventory(tmp_path, state_dir):
+    """The simulated fleet's inventory with its state under ``state_dir`` (not the checkout's .state of make demo)."""
+    folder = tmp_path / 'inventory'
+    (folder / 'group_vars').mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, 'inventories', 'simulated', 'hosts.yml'), str(folder / 'hosts.yml'))
+    with open(os.path.join(ROOT, 'inventories', 'simulated', 'group_vars', 'all.yml')) as handle:
+        group_vars = handle.read()
+    (folder / 'group_vars' / 'all.yml').write_text(group_vars + '\ngpufleet_sim_repository: %s\ngpufleet_sim_state_dir: %s\n'
+                                                   % (json.dumps(ROOT), json.dumps(state_dir)))
+    return str(folder)
+
+
+def test_the_rulebook_runs_the_demand_playbook_which_creates_the_instance_on_the_simulated_fleet(java, api, tmp_path):
+    """The whole path without a cluster: event -> rulebook -> playbooks/mig_demand.yml -> plan -> rollout through
+    mig_layout.yml -> a 7g.80gb on a simulated A100 (ansible-playbook of the main virtualenv: kubernetes.core)."""
+    ansible_bin = os.environ.get('GPUFLEET_EDA_ANSIBLE_BIN')
+    assert ansible_bin, 'make eda-test sets GPUFLEET_EDA_ANSIBLE_BIN to the ansible-playbook folder of .venv'
+    state_dir = str(tmp_path / 'state')
+    inventory = simulated_inventory(tmp_path, state_dir)
+    env = dict(os.environ, PATH=ansible_bin + os.pathsep + os.environ['PATH'], ANSIBLE_ROLES_PATH=os.path.join(ROOT, 'roles'),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, 'build', 'collections'), ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'))
+    env.pop('PYTHONPATH', None)
+    for playbook, extra in (('simulator/seed.yml', {}), ('playbooks/mig_layout.yml', {'mig_layout_serial': '100%'})):
+        done = subprocess.run([os.path.join(ansible_bin, 'ansible-playbook'), '-i', inventory, playbook, '-e', json.dumps(extra)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        assert done.returncode == 0, done.stdout.decode()[-3000:]
+    kubeconfig = tmp_path / 'kubeconfig'
+    kubeconfig.write_text(json.dumps({
+        'current-context': 'fake', 'clusters': [{'name': 'fake', 'cluster': {'server': api.url}}],
+        'contexts': [{'name': 'fake', 'context': {'cluster': 'fake', 'user': 'eda'}}],
+        'users': [{'name': 'eda', 'user': {'token': TOKEN}}]}))
+    (tmp_path / 'vars.yml').write_text(json.dumps({'mig_demand_kubeconfig': str(kubeconfig), 'mig_demand_quiet_period': 1}))
+    state_file = os.path.join(state_dir, 'sim-a100-01', 'gpus.json')
+
+    def a100_profiles():
+        with open(state_file) as handle:
+            return [sorted(gi['profile'] for gi in gpu['gpu_instances']) for gpu in json.load(handle)['gpus']]
+
+    assert a100_profiles() == [['1g.10gb'] * 7] * 2
+    log = open(str(tmp_path / 'rulebook.log'), 'w+')
+    rulebook = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), 'ansible-rulebook'), '--rulebook',
+                                 'gpufleet.mig.mig_demand', '-i', inventory, '--vars', str(tmp_path / 'vars.yml')],
+                                cwd=str(tmp_path), env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: any(q.get('watch') for q in api.requests), 120, rulebook)
+        created = time.monotonic()
+        api.put(pod('big', {'nvidia.com/mig-7g.80gb': '1'}))
+        wait_for(lambda: ['7g.80gb'] in a100_profiles(), 240, rulebook)
+        to_instance = time.monotonic() - created
+        wait_for(lambda: 'PLAY RECAP' in open(str(tmp_path / 'rulebook.log')).read(), 60, rulebook)
+    finally:
+        rulebook.send_signal(signal.SIGINT)
+        try:
+            rulebook.wait(30)
+        except subprocess.TimeoutExpired:
+            rulebook.kill()
+            rulebook.wait()
+        log.seek(0)
+        output = log.read()
+        log.close()
+        if sys.exc_info()[0] is not None:
+            print(output[-8000:])
+    print('eda-test: unschedulable pod to its 7g.80gb instance on the simulated fleet %.1fs (quiet period 1s, then '
+          'ansible-playbook: facts, plan, rollout)' % to_instance)
+    # One GPU reshaped (which one is the planner's choice), the other kept.
+    assert sorted(a100_profiles()) == [['1g.10gb'] * 7, ['7g.80gb']]
+    assert 'create 7g.80gb at 0 for team-a/big' in output and '1 of 1 waiting pod(s) served' in output, output[-4000:]
+    with open(os.path.join(state_dir, 'sim-a100-01', 'etc', 'gpufleet-mig', 'layout.json')) as handle:
+        assert json.load(handle)['name'].startswith('demand-')

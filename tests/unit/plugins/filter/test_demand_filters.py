@@ -30,7 +30,7 @@ def test_plans_from_facts_and_pod_objects():
     pod = {'metadata': {'namespace': 'ml', 'name': 'infer'},
            'spec': {'containers': [{'resources': {'limits': {'nvidia.com/mig-1g.10gb': 1}}}]}}
     plan = FILTERS['mig_demand_plan']({'node-a': facts()}, [pod])
-    assert plan['served'] == [{'pod': 'ml/infer', 'node': 'node-a', 'devices': [{'gpu': 0, 'profile': '1g.10gb', 'start': 6, 'instance': 'new'}]}]
+    assert plan['served'] == [{'pod': 'ml/infer', 'node': 'node-a', 'devices': [{'gpu': 0, 'profile': '1g.10gb', 'start': 0, 'instance': 'new'}]}]
     assert plan['nodes']['node-a']['disruption'] == 'create-only'
     assert plan['lines'][-1] == '1 of 1 waiting pod(s) served, 1 GPU(s) changed, 0 pod(s) to evict'
     # policy defaults to {} (None from a template too)

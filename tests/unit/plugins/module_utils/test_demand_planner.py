@@ -348,3 +348,48 @@ def test_bad_input_is_one_line(nodes, pending, policy, message):
         plan_demand(nodes, pending, policy)
     assert message in str(caught.value)
     assert '\n' not in str(caught.value)
+
+
+# ---- decision 9: release_idle -----------------------------------------------------------------
+
+def test_release_idle_destroys_idle_instances_only_when_asked():
+    nodes = {'n1': [gpu(0, [('1g.10gb', 0, []), ('1g.10gb', 1, ['a/h']), ('2g.20gb', 4, [])])]}
+    assert plan_demand(nodes, [])['nodes']['n1']['changed'] is False
+    plan = plan_demand(nodes, [], {'release_idle': True})
+    assert actions_of(plan, 'n1', 0) == [('destroy_gpu_instance', '1g.10gb', 0), ('destroy_gpu_instance', '2g.20gb', 4)]
+    assert plan['nodes']['n1']['disruption'] == 'destroy-idle'
+    assert [i['profile'] for i in plan['nodes']['n1']['gpus'][0]['target']] == ['1g.10gb']
+    assert plan['nodes']['n1']['layout']['config'][plan['nodes']['n1']['layout']['name']][0]['mig-devices'] == {'1g.10gb': 1}
+
+
+def test_release_idle_places_on_released_slices_and_keeps_an_instance_where_the_new_one_goes():
+    """Released slices are free for placement: a 4g goes at 0 where idle 1g sat; a 3g wanted at 4 keeps the idle 3g there."""
+    nodes = {'n1': [gpu(0, [('1g.10gb', 0, []), ('3g.40gb', 4, [])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'4g.40gb': 1})], {'release_idle': True})
+    assert actions_of(plan, 'n1', 0) == [('destroy_gpu_instance', '1g.10gb', 0), ('destroy_gpu_instance', '3g.40gb', 4),
+                                         ('create_gpu_instance', '4g.40gb', 0)]
+    nodes = {'n1': [gpu(0, [('1g.10gb', 6, []), ('3g.40gb', 0, ['a/h'])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'1g.10gb': 1}), pod('a/q', {'3g.40gb': 1})], {'release_idle': True})
+    # the 1g pod comes first (same priority and age, name); any of 4..6 takes the same room: it keeps the idle 1g at 6
+    assert actions_of(plan, 'n1', 0) == []
+    assert plan['served'][0]['devices'] == [{'gpu': 0, 'profile': '1g.10gb', 'start': 6, 'instance': 1}]
+    assert plan['unmet_pods'] == ['a/q']
+    nodes = {'n1': [gpu(0, [('3g.40gb', 4, []), ('3g.40gb', 0, ['a/h'])])]}
+    plan = plan_demand(nodes, [pod('a/q', {'3g.40gb': 1})], {'release_idle': True})
+    assert plan['nodes']['n1']['changed'] is False
+    assert plan['served'][0]['devices'] == [{'gpu': 0, 'profile': '3g.40gb', 'start': 4, 'instance': 1}]
+
+
+def test_release_idle_keeps_the_floor_and_the_budget():
+    nodes = {'n1': [gpu(0, [('1g.10gb', 0, []), ('1g.10gb', 1, [])]), gpu(1, [('1g.10gb', 0, [])]), gpu(2, [('2g.20gb', 0, [])])]}
+    plan = plan_demand(nodes, [], {'release_idle': True, 'floor': {'n1': {'1g.10gb': 1}}})
+    assert destroyed_ids(plan) == [('n1', 0, 2), ('n1', 2, 1)]
+    plan = plan_demand(nodes, [], {'release_idle': True, 'max_gpus_per_run': 1})
+    assert destroyed_ids(plan) == [('n1', 0, 1), ('n1', 0, 2)]
+    assert plan['gpus_changed'] == 1
+    # a GPU that serves a pod counts first; release-only GPUs give their instances back beyond the budget
+    plan = plan_demand(nodes, [pod('a/p', {'4g.40gb': 1})], {'release_idle': True, 'max_gpus_per_run': 1})
+    assert plan['gpus_changed'] == 1
+    assert plan['served'][0]['devices'][0]['gpu'] == 0
+    with pytest.raises(DemandPlanError, match='policy.release_idle must be true or false'):
+        plan_demand(nodes, [], {'release_idle': 'yes'})

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import ssl
 
 import pytest
 
@@ -161,3 +162,30 @@ def test_find_connection_prefers_the_named_kubeconfig_and_refuses_a_missing_one(
     path.write_text('current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n'
                     'clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]\n')
     assert source.find_connection({}, {'KUBECONFIG': str(path)})['server'] == 'http://127.0.0.1:9'
+
+
+class Answer(object):
+    """What _check reads of an aiohttp response."""
+
+    def __init__(self, status):
+        self.status = status
+        self.url = type('URL', (), {'path': '/api/v1/pods'})()
+
+
+def test_answers_410_lists_again_401_and_403_name_the_rights_others_fail_with_the_status():
+    source._check(Answer(200))
+    with pytest.raises(source._Expired):
+        source._check(Answer(410))
+    for status in (401, 403):
+        with pytest.raises(source.SourceError, match='HTTP %d\\): the source needs get, list and watch on pods' % status):
+            source._check(Answer(status))
+    with pytest.raises(source.SourceError, match='answered HTTP 500 to /api/v1/pods'):
+        source._check(Answer(500))
+
+
+def test_plain_http_has_no_tls_context_and_https_verifies_unless_told_not_to():
+    assert source._ssl_context({'server': 'http://127.0.0.1:1'}) is None
+    verified = source._ssl_context({'server': 'https://api:6443'})
+    assert verified.check_hostname and verified.verify_mode == ssl.CERT_REQUIRED
+    insecure = source._ssl_context({'server': 'https://api:6443', 'insecure': True})
+    assert not insecure.check_hostname and insecure.verify_mode == ssl.CERT_NONE
