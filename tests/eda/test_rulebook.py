@@ -73,6 +73,22 @@ def wait_for(what, timeout, process):
     raise AssertionError('timed out after %ss' % timeout)
 
 
+def stop_rulebook(rulebook, log, shown):
+    """Stop ansible-rulebook as Ctrl-C would and return its output; on a failing test, print its last ``shown`` characters."""
+    rulebook.send_signal(signal.SIGINT)
+    try:
+        rulebook.wait(30)
+    except subprocess.TimeoutExpired:
+        rulebook.kill()
+        rulebook.wait()
+    log.seek(0)
+    output = log.read()
+    log.close()
+    if sys.exc_info()[0] is not None:
+        print(output[-shown:])
+    return output
+
+
 def test_one_playbook_run_per_burst_with_every_pending_mig_request(java, api, tmp_path):
     kubeconfig = tmp_path / 'kubeconfig'
     kubeconfig.write_text(json.dumps({
@@ -139,17 +155,7 @@ def test_one_playbook_run_per_burst_with_every_pending_mig_request(java, api, tm
         assert rulebook.poll() is None
         assert len(runs(str(record_dir))) == 2
     finally:
-        rulebook.send_signal(signal.SIGINT)
-        try:
-            rulebook.wait(30)
-        except subprocess.TimeoutExpired:
-            rulebook.kill()
-            rulebook.wait()
-        log.seek(0)
-        output = log.read()
-        log.close()
-        if sys.exc_info()[0] is not None:
-            print(output[-6000:])
+        output = stop_rulebook(rulebook, log, shown=6000)
     print('eda-test: rulebook up and watching after %.1fs; first burst to its playbook run %.1fs (quiet period %ds)'
           % (watching, first_latency, QUIET))
     assert TOKEN not in output
@@ -208,17 +214,7 @@ def test_the_rulebook_runs_the_demand_playbook_which_creates_the_instance_on_the
         to_instance = time.monotonic() - created
         wait_for(lambda: 'PLAY RECAP' in open(str(tmp_path / 'rulebook.log')).read(), 60, rulebook)
     finally:
-        rulebook.send_signal(signal.SIGINT)
-        try:
-            rulebook.wait(30)
-        except subprocess.TimeoutExpired:
-            rulebook.kill()
-            rulebook.wait()
-        log.seek(0)
-        output = log.read()
-        log.close()
-        if sys.exc_info()[0] is not None:
-            print(output[-8000:])
+        output = stop_rulebook(rulebook, log, shown=8000)
     print('eda-test: unschedulable pod to its 7g.80gb instance on the simulated fleet %.1fs (quiet period 1s, then '
           'ansible-playbook: facts, plan, rollout)' % to_instance)
     # One GPU reshaped (which one is the planner's choice), the other kept.
