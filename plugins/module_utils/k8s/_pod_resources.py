@@ -36,7 +36,7 @@ import os
 import re
 import stat
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
     DRA_GPU_DRIVER,
     WHOLE_GPU,
     is_gpu_resource,
