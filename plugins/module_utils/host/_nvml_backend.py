@@ -464,4 +464,3 @@ class NvmlBackend(object):
     def destroy_gpu_instance(self, index, gi_id):
         gi_handle = self._gi_handle(index, self._handle(index), gi_id)
         self._call(index, 'destroy GPU instance %d' % gi_id, pynvml.nvmlGpuInstanceDestroy, gi_handle)
-
