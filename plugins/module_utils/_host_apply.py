@@ -22,6 +22,7 @@ __metaclass__ = type
 
 import contextlib
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import gpu_processes
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
     LayoutConfigError,
     choose_entry,
@@ -99,11 +100,9 @@ class GpuDecision(object):
 
     def _pids_outside_pods(self, held):
         """Processes on the GPU that no pod holding it (or their instance) accounts for."""
-        pids = set() if held.get('gpu') else set(p['pid'] for p in self.gpu.get('processes') or [])
-        for gi in self.gpu['gpu_instances']:
-            if not self.allocated.get(gi['id']):
-                pids.update(p['pid'] for ci in gi['compute_instances'] for p in ci['processes'])
-        return sorted(pids)
+        def accounted(gi_id):
+            return held.get('gpu') if gi_id is None else self.allocated.get(gi_id)
+        return sorted(set(pid for gi_id, pid in gpu_processes(self.gpu) if not accounted(gi_id)))
 
     @property
     def index(self):

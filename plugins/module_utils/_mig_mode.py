@@ -18,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import gpu_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import BackendError
 
 # MIG mode is driver state on these (reset-less MIG, MIG User Guide): a pending change on a GPU that is idle now
@@ -33,15 +34,6 @@ _PENDING_REASONS = {
 
 def mode_name(enabled):
     return 'enabled' if enabled else 'disabled'
-
-
-def gpu_pids(gpu):
-    """Every process on a GPU: its own (MIG off) and those of its compute instances."""
-    pids = set(p['pid'] for p in gpu.get('processes') or [])
-    for gi in gpu.get('gpu_instances') or []:
-        for ci in gi['compute_instances']:
-            pids.update(p['pid'] for p in ci['processes'])
-    return sorted(pids)
 
 
 def pending_reason(activation_status):

@@ -39,6 +39,7 @@ __metaclass__ = type
 import itertools
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import instance_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
     Catalog,
     Occupancy,
@@ -81,7 +82,7 @@ class CurrentInstance(object):
         self.profile = data['profile']
         self.start = data['placement']['start']
         self.compute_instances = tuple(sorted(ci['profile'] for ci in data.get('compute_instances') or []))
-        self.pids = sorted(set(p['pid'] for ci in data.get('compute_instances') or [] for p in ci.get('processes') or []))
+        self.pids = instance_pids(data)
         self.pods = sorted(pods or [])
 
     @property
@@ -396,7 +397,7 @@ def layout_of(gpu):
     for gi in gpu.get('gpu_instances') or []:
         cis = [{'id': ci['id'], 'profile': ci['profile'], 'placement': dict(ci['placement'])}
                for ci in gi.get('compute_instances') or []]
-        pids = sorted(set(p['pid'] for ci in gi.get('compute_instances') or [] for p in ci.get('processes') or []))
+        pids = instance_pids(gi)
         entries.append(_layout_entry(gi['profile'], gi['placement']['start'], gi['placement']['size'],
                                      sorted(cis, key=lambda c: c['placement']['start']), gi['id'], bool(pids), pids))
     return sorted(entries, key=lambda e: e['placement']['start'])
