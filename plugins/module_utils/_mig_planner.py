@@ -403,6 +403,17 @@ def layout_of(gpu):
     return sorted(entries, key=lambda e: e['placement']['start'])
 
 
+def destroyed_instances(gpu, plan, allocated=None):
+    """The GPU instances ``plan`` (None: no plan) destroys on ``gpu``, with the MIG device UUIDs workloads know them
+    by and the pods that hold them (``allocated``: GPU instance id -> pods, as for :func:`plan_gpu`)."""
+    allocated = allocated or {}
+    ids = set(a['gpu_instance_id'] for a in (plan.actions if plan else []) if a['action'] == 'destroy_gpu_instance')
+    return [{'id': gi['id'], 'profile': gi['profile'], 'placement': dict(gi['placement']),
+             'mig_uuids': [ci.get('uuid') for ci in gi['compute_instances'] if ci.get('uuid')],
+             'allocated_to': list(allocated.get(gi['id'], []))}
+            for gi in gpu['gpu_instances'] if gi['id'] in ids]
+
+
 def _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy):
     kept_ids = set(gi.id for gi in kept)
     actions = []
