@@ -86,18 +86,6 @@ def free_space(gpu):
     return analyze(catalog, occupancy)
 
 
-def layout_lines(gpu_index, layout):
-    """Human-readable layout, one line per GPU instance, for ``diff``."""
-    lines = []
-    for entry in layout:
-        cis = ','.join('%s@%d' % (ci['profile'], ci['placement']['start']) for ci in entry['compute_instances'])
-        busy = ' busy pids=%s' % entry['pids'] if entry.get('busy') else ''
-        lines.append('GPU %s: %s@%d [%s]%s' % (gpu_index, entry['profile'], entry['placement']['start'], cis, busy))
-    if not layout:
-        lines.append('GPU %s: (no instances)' % gpu_index)
-    return lines
-
-
 def _socket_absent(path):
     """Nothing at ``path``; a permission error is not absence (os.path.exists would say False)."""
     try:

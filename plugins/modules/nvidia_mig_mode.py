@@ -131,6 +131,7 @@ pod_resources:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig
@@ -198,10 +199,11 @@ def main_body(module):
 
     output = dict(changed=any(r['changed'] for r in results), gpus=results, skipped_gpus=skipped, pod_resources=pod_status)
     if module._diff:
-        output['diff'] = {
-            'before': ''.join('GPU %d: current=%s pending=%s\n' % (r['index'], r['before']['current'], r['before']['pending']) for r in results),
-            'after': ''.join('GPU %d: current=%s pending=%s\n' % (r['index'], r['after']['current'], r['after']['pending']) for r in results),
-        }
+        diff = DiffRecorder()
+        for r in results:
+            # Modes only: no 'MIG' before each.
+            diff.mode(r['index'], r['before'], r['after'], label='')
+        output['diff'] = diff.as_dict()
     module.exit_json(**output)
 
 
