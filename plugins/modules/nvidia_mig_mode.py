@@ -109,8 +109,8 @@ gpus:
     destroyed_instances:
       description:
         - GPU instances destroyed to disable MIG, with C(id), C(profile), C(placement), the MIG device UUIDs workloads
-          know them by (C(mig_uuids)) and the pods that hold them (C(allocated_to)): the shape of
-          M(gpufleet.mig.nvidia_mig_layout)'s RV(gpus[].destroyed_instances).
+          know them by (C(mig_uuids)) and the pods that hold them (C(allocated_to)), in the shape of the
+          C(destroyed_instances) of M(gpufleet.mig.nvidia_mig_layout).
       type: list
       elements: dict
     changed:
