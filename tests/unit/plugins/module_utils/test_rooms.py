@@ -18,8 +18,8 @@ PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
 PLUGINS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..', 'plugins'))
 MODULE_UTILS = os.path.join(PLUGINS, 'module_utils')
 ROOMS = ('planning', 'host', 'k8s')
-# The files beside the rooms: the one error base class every room raises, and the modules' Ansible glue.
-SHARED = ('_errors', '_module_support')
+# The files beside the rooms: the one error base class every room raises, and the modules' glue.
+SHARED = ('_errors', '_module_support', '_diff_recorder')
 
 
 def python_files(folder):
@@ -92,6 +92,7 @@ MAY_IMPORT = {
     'k8s': ('k8s', 'planning', '_errors'),
     'host': ('host', 'k8s', 'planning', '_errors'),
     '_errors': (),
+    '_diff_recorder': (),
 }
 
 
