@@ -14,6 +14,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import DemandPlanError, plan_demand
+from ansible_collections.gpufleet.mig.plugins.module_utils._node_handover import unmet_demand_events
 
 
 def mig_demand_plan(nodes, pending, policy=None):
@@ -24,8 +25,13 @@ def mig_demand_plan(nodes, pending, policy=None):
         raise AnsibleFilterError(str(exc))
 
 
+def mig_demand_events(unmet_reasons, pods, existing, stamp):
+    """The Events to create, and those of earlier runs to count again, that tell each waiting pod why its demand is unmet."""
+    return unmet_demand_events(unmet_reasons, pods, existing, stamp)
+
+
 class FilterModule(object):
     """gpufleet.mig demand filters."""
 
     def filters(self):
-        return {'mig_demand_plan': mig_demand_plan}
+        return {'mig_demand_plan': mig_demand_plan, 'mig_demand_events': mig_demand_events}

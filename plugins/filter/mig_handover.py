@@ -20,9 +20,14 @@ def _call(function, *args, **kwargs):
         raise AnsibleFilterError(str(exc))
 
 
-def mig_handover_switch(pod_resources, switch, drain_fallback=False, repack=False):
-    """The switch mode (in_place, drain, repack) with its reason, or its problem."""
-    return _call(handover.SwitchMode, switch, pod_resources, drain_fallback, repack).as_dict()
+def mig_handover_scope(decision):
+    """Whether the host's change only creates instances in free slices (no cordon, no eviction needed), with the reason."""
+    return handover.ChangeScope(decision).as_dict()
+
+
+def mig_handover_switch(pod_resources, switch, drain_fallback=False, repack=False, create_only=False):
+    """The switch mode (in_place, drain, repack, create_only) with its reason and whether it cordons, or its problem."""
+    return _call(handover.SwitchMode, switch, pod_resources, drain_fallback, repack, create_only).as_dict()
 
 
 def mig_handover_decision_retry(message, k8s, install_dependencies, drain_fallback):
@@ -30,9 +35,9 @@ def mig_handover_decision_retry(message, k8s, install_dependencies, drain_fallba
     return handover.decision_retry(message, k8s, install_dependencies, drain_fallback)
 
 
-def mig_handover_node(node, layout, components=handover.DEFAULT_COMPONENTS):
+def mig_handover_node(node, layout, components=handover.DEFAULT_COMPONENTS, cordon=True):
     """The node's start, rebooting and success patches and its components, from the node as found."""
-    return _call(handover.NodeHandover, node, layout, components).as_dict()
+    return _call(handover.NodeHandover, node, layout, components, cordon).as_dict()
 
 
 def mig_handover_failure(node_handover, reason, gpu_changed):
@@ -97,6 +102,7 @@ class FilterModule(object):
 
     def filters(self):
         return {
+            'mig_handover_scope': mig_handover_scope,
             'mig_handover_switch': mig_handover_switch,
             'mig_handover_node': mig_handover_node,
             'mig_handover_decision_retry': mig_handover_decision_retry,

@@ -623,7 +623,8 @@ def _report(gpus, before, pods, waiting, served, evicted, settings):
                                         'instance': inst.id if not inst.new else 'new'})
             served_list.append({'pod': pod['pod'], 'node': node, 'devices': devices})
     unmet_pods = [p for p in waiting if p['pod'] not in served]
-    unmet = _explain_unmet(gpus, unmet_pods, settings)
+    why = _explain_unmet(gpus, unmet_pods, settings)
+    unmet = [why[profile] for profile in sorted(why)]
     changed = sum(1 for g in gpus if _really_changed(g))
     lines = []
     for node in sorted(nodes):
@@ -634,8 +635,10 @@ def _report(gpus, before, pods, waiting, served, evicted, settings):
     lines.extend(unmet)
     lines.append('%d of %d waiting pod(s) served, %d GPU(s) changed, %d pod(s) to evict'
                  % (len(served_list), len(waiting), changed, len(evicted)))
+    # Per unmet pod, the lines of the profiles it asks for: the reason told on the pod (an Event).
+    unmet_reasons = dict((p['pod'], [why[profile] for profile in sorted(p['requests'])]) for p in unmet_pods)
     return {'nodes': nodes, 'served': served_list, 'unmet': unmet, 'unmet_pods': [p['pod'] for p in unmet_pods],
-            'evictions': sorted(evicted), 'gpus_changed': changed, 'lines': lines}
+            'unmet_reasons': unmet_reasons, 'evictions': sorted(evicted), 'gpus_changed': changed, 'lines': lines}
 
 
 def _action_text(action):
@@ -667,24 +670,25 @@ def _in_the_way(gpu, profile):
 
 
 def _explain_unmet(gpus, unmet_pods, settings):
+    """{profile: the one line that explains its unmet demand}."""
     wanted = {}
     for pod in unmet_pods:
         for profile, count in pod['requests'].items():
             entry = wanted.setdefault(profile, [0, []])
             entry[0] += count
             entry[1].append(pod['pod'])
-    lines = []
+    lines = {}
     for profile_name in sorted(wanted):
         count, pods = wanted[profile_name]
         head = '%s: %d device(s) for %s unmet' % (profile_name, count, ', '.join(pods))
         offering = [g for g in gpus if g.catalog.get(profile_name) is not None]
         if not offering:
-            lines.append('%s: no GPU of the fleet offers this profile' % head)
+            lines[profile_name] = '%s: no GPU of the fleet offers this profile' % head
             continue
         open_gpus = [g for g in offering if g.reshape]
         if not open_gpus:
-            lines.append('%s: only nodes the policy does not let reshape offer it (%s)'
-                         % (head, ', '.join(sorted(set(g.node for g in offering)))))
+            lines[profile_name] = ('%s: only nodes the policy does not let reshape offer it (%s)'
+                                   % (head, ', '.join(sorted(set(g.node for g in offering)))))
             continue
         budget = settings['max_gpus_per_run']
         changed = sum(1 for g in gpus if _really_changed(g))
@@ -695,7 +699,7 @@ def _explain_unmet(gpus, unmet_pods, settings):
                 nearest = ((way[0], gpu.node, gpu.index), gpu, way[1], way[2])
         dummy, gpu, in_way, processes = nearest
         if budget is not None and changed >= budget and not in_way and not processes:
-            lines.append('%s: max_gpus_per_run (%d) reached; nearest is %s' % (head, budget, gpu.label()))
+            lines[profile_name] = '%s: max_gpus_per_run (%d) reached; nearest is %s' % (head, budget, gpu.label())
             continue
         whole = gpu.catalog.get(profile_name).memory_slices == gpu.catalog.total_slices
         cause = 'no GPU is free of pods' if whole else 'no GPU has room for it without touching instances pods hold'
@@ -704,5 +708,5 @@ def _explain_unmet(gpus, unmet_pods, settings):
         detail = '%d pod(s)%s' % (len(in_way), (' (%s)' % ', '.join(in_way)) if in_way else '')
         if processes:
             detail += ', processes outside pods on %d instance(s)' % processes
-        lines.append('%s: %s; nearest is %s, %s' % (head, cause, gpu.label(), detail))
+        lines[profile_name] = '%s: %s; nearest is %s, %s' % (head, cause, gpu.label(), detail)
     return lines

@@ -22,6 +22,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
+
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource, is_shared_resource, strip_replica
 from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import GRPC_MISSING, PODS_UNKNOWN, PODS_UNREADABLE
 
@@ -37,6 +39,8 @@ FAILURE_ANNOTATION = 'gpufleet.mig/mig-change-failure'
 # The GPU operator's components, each paused when its label is on the node.
 DEFAULT_COMPONENTS = ('device-plugin', 'gpu-feature-discovery', 'dcgm-exporter', 'dcgm', 'nvsm', 'operator-validator')
 SWITCHES = ('in_place', 'drain')
+# The only steps of a change that disturbs no pod: new GPU and compute instances in free slices.
+CREATE_ACTIONS = ('create_gpu_instance', 'create_compute_instance')
 FINISHED_PHASES = ('Succeeded', 'Failed')
 # The kubelet marks the API's copy of a static pod (its "mirror pod") with this annotation.
 MIRROR_ANNOTATION = 'kubernetes.io/config.mirror'
@@ -91,15 +95,63 @@ def _controller(pod):
     return None
 
 
+class ChangeScope(object):
+    """Whether a host's change only creates instances in free slices, from nvidia_mig_layout's decision (apply: false).
+
+    Create-only: every planned step of every GPU is a create_gpu_instance or create_compute_instance (no
+    destroy, no MIG mode change, no GPU reset), no GPU waits for a mode step (``deferred``), no reboot, and
+    no pod to evict (a pod holding a MIG device by index id counts: a new instance may shift the index ids,
+    so the decision names it). Such a change touches no instance any pod holds or could be given meanwhile:
+    the node needs no cordon and no eviction (issue: "only the device plugin advertising the new instances").
+    Anything else destroys or may disturb, and takes the cordoned hand-over.
+    """
+
+    def __init__(self, decision):
+        decision = decision or {}
+        self.creates = 0
+        self.disturbing = []
+        for gpu in decision.get('gpus') or []:
+            for action in gpu.get('actions') or []:
+                if action.get('action') in CREATE_ACTIONS:
+                    self.creates += 1
+                else:
+                    self.disturbing.append('GPU %s: %s' % (gpu.get('index'), str(action.get('action')).replace('_', ' ')))
+            if gpu.get('deferred'):
+                self.disturbing.append('GPU %s: its instances wait for a MIG mode change' % gpu.get('index'))
+        if decision.get('reboot_required'):
+            self.disturbing.append('a reboot')
+        if decision.get('pods_to_evict'):
+            self.disturbing.append('pod(s) to evict: %s' % ', '.join(decision['pods_to_evict']))
+        self.create_only = self.creates > 0 and not self.disturbing
+
+    def as_dict(self):
+        if self.create_only:
+            reason = 'the change only creates %d instance(s) in free slices' % self.creates
+        elif self.creates == 0 and not self.disturbing:
+            reason = 'the change plans no step'
+        else:
+            reason = 'the change does more than create instances (%s)' % '; '.join(self.disturbing)
+        return {'create_only': self.create_only, 'creates': self.creates, 'disturbing': self.disturbing, 'reason': reason}
+
+
 class SwitchMode(object):
     """How the node's pods are handed over, decided once from the option and what the host read.
 
     ``in_place``: only the pods on instances that go are evicted; needs the kubelet's pod-resources.
     ``drain``: every pod that holds a GPU is evicted (chosen, or the allowed fallback).
     ``repack``: only unallocated instances move: nobody is evicted.
+    ``create_only``: in place, for a change that only creates instances in free slices (ChangeScope) on a node
+    whose pod-resources were read: no pod is disturbed, so the node is not cordoned and nobody is evicted. The
+    GPU components are still paused and restored, which restarts the device plugin: NVIDIA's k8s-device-plugin
+    enumerates the MIG devices only when its plugins start (cmd/nvidia-device-plugin/main.go: startPlugins
+    builds the resource managers from NVML's device list; it restarts them only on a re-created kubelet.sock,
+    SIGHUP or a changed config file, never on a new MIG device), and the GPU operator's MIG manager restarts it
+    the same way, through nvidia.com/gpu.deploy.device-plugin=paused-for-mig-change and back (mig-parted's
+    reconfigure-mig.sh). Pods keep running meanwhile: the kubelet keeps their devices (its checkpoint).
+    Every other mode cordons the node.
     """
 
-    def __init__(self, switch, pod_resources, drain_fallback=False, repack=False):
+    def __init__(self, switch, pod_resources, drain_fallback=False, repack=False, create_only=False):
         if switch not in SWITCHES:
             raise HandoverError('mig_layout_k8s_switch must be one of %s, not %r' % (', '.join(SWITCHES), switch))
         pod_resources = pod_resources or {}
@@ -110,6 +162,10 @@ class SwitchMode(object):
         if repack:
             self.mode = 'repack'
             self.reason = 'a repack moves only unallocated instances: nobody is evicted'
+        elif create_only and switch == 'in_place' and self.read:
+            self.mode = 'create_only'
+            self.reason = ('the change only creates instances in free slices: no pod is disturbed, so the node is not cordoned '
+                           'and nobody is evicted; the device plugin is restarted to advertise them')
         elif switch == 'drain':
             self.mode = 'drain'
             self.reason = "mig_layout_k8s_switch=drain: every pod that holds a GPU is evicted, as the GPU operator's MIG manager does"
@@ -129,8 +185,13 @@ class SwitchMode(object):
         """Why no switch is possible, or None."""
         return self._problem
 
+    @property
+    def cordon(self):
+        """Whether the hand-over cordons the node (every mode but create_only)."""
+        return self.mode is not None and self.mode != 'create_only'
+
     def as_dict(self):
-        return {'mode': self.mode, 'reason': self.reason, 'problem': self.problem()}
+        return {'mode': self.mode, 'reason': self.reason, 'problem': self.problem(), 'cordon': self.cordon}
 
 
 # The package missing_required_lib names when pynvml cannot be imported (_module_support.run_module).
@@ -208,7 +269,7 @@ class EvictionPlan(object):
 
     ``pods`` are the node's Pod objects (after the cordon). In place, the pods the host's decision
     names (``namespace/name`` or ``uid:<uid>``: pods on instances that go); drain, every running pod
-    that requests a GPU resource; reboot, every running pod but the DaemonSets' and static pods (what
+    that requests a GPU resource; repack and create_only, nobody; reboot, every running pod but the DaemonSets' and static pods (what
     ``kubectl drain --ignore-daemonsets`` moves: a reboot ends them all, and those two come back with
     the node). A pod that a paused component's label schedules goes with the pause.
     A pod is refused, by name, before anything is evicted, when an eviction cannot move it as
@@ -219,7 +280,7 @@ class EvictionPlan(object):
     """
 
     def __init__(self, pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node=''):
-        if mode not in ('in_place', 'drain', 'repack', 'reboot'):
+        if mode not in ('in_place', 'drain', 'repack', 'create_only', 'reboot'):
             raise HandoverError('no switch mode to plan evictions with: %r' % (mode,))
         self.mode = mode
         self.node = node
@@ -227,7 +288,7 @@ class EvictionPlan(object):
         running = [pod for pod in pods or [] if _running(pod)]
         stays_paused = set(pod_key(pod) for pod in running if paused & _selector_keys(pod))
         self.gpu_pods = sorted(pod_key(pod) for pod in running if _requests_gpu(pod) and pod_key(pod) not in stays_paused)
-        if mode == 'repack':
+        if mode in ('repack', 'create_only'):
             chosen, unknown = [], []
         elif mode == 'drain':
             chosen, unknown = [pod for pod in running if pod_key(pod) in self.gpu_pods], []
@@ -440,14 +501,17 @@ class NodeHandover(object):
     ``start``: pending, the requested layout, the components paused, the cordon mark (only when the run
     cordons: a node an operator cordoned stays cordoned afterwards). ``success``: components back,
     success, marks dropped, uncordoned unless cordoned by someone else. A failure: failure().
+    ``cordon`` false (a create-only change, SwitchMode.cordon): the run never cordons, so it never marks
+    and never uncordons the node either (a cordon someone sets meanwhile stays).
     """
 
-    def __init__(self, node, layout, components=DEFAULT_COMPONENTS):
+    def __init__(self, node, layout, components=DEFAULT_COMPONENTS, cordon=True):
         if not node or not (node.get('metadata') or {}).get('name'):
             raise HandoverError('no Node object to hand over')
         metadata = node['metadata']
         self.name = metadata['name']
         self.layout = layout
+        self.cordon = bool(cordon)
         self.labels = dict(metadata.get('labels') or {})
         annotations = metadata.get('annotations') or {}
         self.pause = ComponentPause(self.labels, components)
@@ -462,8 +526,13 @@ class NodeHandover(object):
     def start(self):
         labels = self._labels('pending', restore=False)
         labels[CONFIG_LABEL] = self.layout
-        annotations = {} if self.cordoned_by_others else {CORDON_ANNOTATION: self.layout}
+        annotations = {CORDON_ANNOTATION: self.layout} if self.uncordon else {}
         return {'metadata': {'labels': labels, 'annotations': annotations}}
+
+    @property
+    def uncordon(self):
+        """Whether the run cordons the node and uncordons it afterwards (not one someone else had cordoned)."""
+        return self.cordon and not self.cordoned_by_others
 
     def rebooting(self):
         return {'metadata': {'labels': {STATE_LABEL: 'rebooting'}}}
@@ -474,8 +543,8 @@ class NodeHandover(object):
         return {'metadata': {'labels': labels, 'annotations': {CORDON_ANNOTATION: None, FAILURE_ANNOTATION: None}}}
 
     def as_dict(self):
-        return {'name': self.name, 'layout': self.layout, 'components': self.pause.as_dict(),
-                'cordoned_by_others': self.cordoned_by_others, 'start': self.start(), 'rebooting': self.rebooting(),
+        return {'name': self.name, 'layout': self.layout, 'components': self.pause.as_dict(), 'cordon': self.cordon,
+                'cordoned_by_others': self.cordoned_by_others, 'uncordon': self.uncordon, 'start': self.start(), 'rebooting': self.rebooting(),
                 'success': self.success()}
 
 
@@ -485,14 +554,16 @@ def failure(handover, reason, gpu_changed):
     Components back, state failed, the reason in an annotation (cut at 4 KiB; annotations hold 256 KiB).
     The node stays cordoned only when a GPU may have changed (the scheduler's view may be wrong);
     otherwise the cordon mark goes and the node is uncordoned unless someone else had cordoned it.
+    A run that never cordoned (``cordon`` false: create-only) never uncordons (``cordoned`` false).
     """
+    cordoned = handover.get('cordon', True)
     annotations = {FAILURE_ANNOTATION: truncate(reason, 4096)}
     if not gpu_changed:
         annotations[CORDON_ANNOTATION] = None
     labels = dict(handover['components']['restore'])
     labels[STATE_LABEL] = 'failed'
-    return {'patch': {'metadata': {'labels': labels, 'annotations': annotations}},
-            'uncordon': not handover['cordoned_by_others'] and not gpu_changed}
+    return {'patch': {'metadata': {'labels': labels, 'annotations': annotations}}, 'cordoned': cordoned,
+            'uncordon': cordoned and not handover['cordoned_by_others'] and not gpu_changed}
 
 
 def failure_outcome(failed, node, write_error=None, uncordon_error=None):
@@ -505,11 +576,13 @@ def failure_outcome(failed, node, write_error=None, uncordon_error=None):
     state = 'nvidia.com/mig.config.state=failed'
     if write_error is not None:
         still = 'it may still say pending, with its GPU components paused'
-        if not failed['uncordon']:
+        if not failed['uncordon'] and failed.get('cordoned', True):
             still += ' and cordoned'
         elif uncordon_error is not None:
             still += '; uncordoning it failed too (%s)' % (uncordon_error or 'unknown error')
         return 'writing %s to node %s also failed (%s): %s.' % (state, node, write_error or 'unknown error', still)
+    if not failed.get('cordoned', True):
+        return 'the node was not cordoned (the change only created instances) and says %s.' % state
     if not failed['uncordon']:
         return 'the node stays cordoned with %s.' % state
     if uncordon_error is not None:
@@ -569,3 +642,57 @@ def event(regarding, reason, note, stamp, sequence=0, warning=False, action='MIG
         'note': truncate(note, EVENT_NOTE_LIMIT),
         'type': 'Warning' if warning else 'Normal',
     }
+
+
+DEMAND_CONTROLLER = 'gpufleet.mig/mig-demand'
+DEMAND_REASON = 'MIGDemandUnmet'
+# Set on every unmet-demand Event, so that one list (a label selector) finds those of earlier runs.
+DEMAND_LABEL = 'gpufleet.mig/unmet-demand'
+
+
+def _demand_event_name(pod, note):
+    """``<pod>.migdemand.<hash of the pod's uid and the note>``, at most 253 characters (a DNS subdomain)."""
+    metadata = pod.get('metadata') or {}
+    digest = hashlib.sha256(('%s\n%s' % (metadata.get('uid') or pod_key(pod), note)).encode('utf-8')).hexdigest()[:16]
+    suffix = '.migdemand.' + digest
+    return (metadata.get('name') or 'pod')[:253 - len(suffix)].rstrip('.-') + suffix
+
+
+def unmet_demand_events(unmet_reasons, pods, existing, stamp):
+    """The Events that tell each waiting pod why the demand plan cannot give it its MIG devices (kubectl describe pod).
+
+    ``unmet_reasons`` is the plan's {namespace/name: [one line per profile]} (gpufleet.mig.mig_demand_plan);
+    ``pods`` the Pod objects as listed (a pod not listed, bound or gone meanwhile, is told nothing; its uid makes
+    kubectl describe pod find the Event); ``existing`` the unmet-demand Events found (DEMAND_LABEL); ``stamp`` the
+    run's time ('%Y-%m-%dT%H:%M:%S.%fZ').
+
+    No new Event on every run for the same reason: the Event's name is derived from the pod's uid and the note, so
+    the next run that finds the same reason finds its Event and counts it again in its ``series`` (count,
+    lastObservedTime), as Kubernetes' own event recorder does with an isomorphic event (k8s.io/client-go
+    tools/events: an EventSeries instead of a new object; events.k8s.io/v1 validation wants series.count >= 2).
+    A changed reason is a new Event. Returns {'create': [Event objects], 'count': [{namespace, name, series}]}.
+    """
+    found = {}
+    for before in existing or []:
+        metadata = before.get('metadata') or {}
+        found[(metadata.get('namespace'), metadata.get('name'))] = before
+    listed = dict((pod_key(pod), pod) for pod in pods or [])
+    create, count = [], []
+    for key in sorted(unmet_reasons or {}):
+        pod = listed.get(key)
+        lines = unmet_reasons[key] or []
+        if pod is None or not lines:
+            continue
+        note = 'gpufleet.mig cannot give this pod its MIG devices: %s' % '; '.join(lines)
+        wanted = event(pod, DEMAND_REASON, note, stamp, warning=True, action='PlanMIGDemand')
+        wanted['reportingController'] = DEMAND_CONTROLLER
+        wanted['metadata']['name'] = _demand_event_name(pod, wanted['note'])
+        wanted['metadata']['labels'] = {DEMAND_LABEL: 'true'}
+        before = found.get((wanted['metadata']['namespace'], wanted['metadata']['name']))
+        if before is None:
+            create.append(wanted)
+            continue
+        seen = ((before.get('series') or {}).get('count')) or 1
+        count.append({'namespace': wanted['metadata']['namespace'], 'name': wanted['metadata']['name'],
+                      'series': {'count': int(seen) + 1, 'lastObservedTime': stamp}})
+    return {'create': create, 'count': count}

@@ -23,7 +23,18 @@ def facts():
 
 
 def test_registered():
-    assert sorted(FILTERS) == ['mig_demand_plan']
+    assert sorted(FILTERS) == ['mig_demand_events', 'mig_demand_plan']
+
+
+def test_unmet_demand_of_a_plan_becomes_events_on_the_listed_pods():
+    pod = {'kind': 'Pod', 'apiVersion': 'v1', 'metadata': {'namespace': 'ml', 'name': 'huge', 'uid': 'u1'},
+           'spec': {'containers': [{'name': 'c', 'resources': {'limits': {'nvidia.com/mig-1g.5gb': 1}}}]},
+           'status': {'phase': 'Pending', 'conditions': [{'type': 'PodScheduled', 'status': 'False', 'reason': 'Unschedulable',
+                                                          'message': '0/1 nodes are available: 1 Insufficient nvidia.com/mig-1g.5gb.'}]}}
+    plan = FILTERS['mig_demand_plan']({'n1': facts()}, [pod])
+    events = FILTERS['mig_demand_events'](plan['unmet_reasons'], [pod], [], '2026-12-04T03:00:00.000000Z')
+    assert [e['regarding']['uid'] for e in events['create']] == ['u1'] and events['count'] == []
+    assert events['create'][0]['note'].endswith('1g.5gb: 1 device(s) for ml/huge unmet: no GPU of the fleet offers this profile')
 
 
 def test_plans_from_facts_and_pod_objects():

@@ -23,7 +23,7 @@ def test_filters_are_registered_and_documented():
                      'mig_handover_eviction_problem', 'mig_handover_evictions', 'mig_handover_failure', 'mig_handover_failure_outcome',
                      'mig_handover_layout',
                      'mig_handover_node', 'mig_handover_paused_left',
-                     'mig_handover_pods_left', 'mig_handover_recovery', 'mig_handover_switch']
+                     'mig_handover_pods_left', 'mig_handover_recovery', 'mig_handover_scope', 'mig_handover_switch']
     from ansible_collections.gpufleet.mig.plugins.filter import mig_handover
     for name in names:
         assert os.path.exists(os.path.join(os.path.dirname(mig_handover.__file__), name + '.yml')), name
@@ -43,6 +43,15 @@ def test_bad_input_is_a_filter_error(name, args):
 
 def test_values_are_plain_data():
     assert FILTERS['mig_handover_switch']({'read': True}, 'in_place')['mode'] == 'in_place'
+    # The role's rule: the decision's scope decides whether the switch cordons.
+    created = {'gpus': [{'index': 0, 'actions': [{'action': 'create_gpu_instance'}]}], 'pods_to_evict': []}
+    destroyed = {'gpus': [{'index': 0, 'actions': [{'action': 'destroy_gpu_instance'}, {'action': 'create_gpu_instance'}]}]}
+    assert FILTERS['mig_handover_scope'](created)['create_only'] and not FILTERS['mig_handover_scope'](destroyed)['create_only']
+    switch = FILTERS['mig_handover_switch']({'read': True}, 'in_place', False, False, FILTERS['mig_handover_scope'](created)['create_only'])
+    assert switch['mode'] == 'create_only' and not switch['cordon']
+    assert FILTERS['mig_handover_switch']({'read': True}, 'in_place', False, False,
+                                          FILTERS['mig_handover_scope'](destroyed)['create_only'])['cordon']
+    assert not FILTERS['mig_handover_node'](node(), 'night', ['device-plugin'], False)['uncordon']
     handover = FILTERS['mig_handover_node'](node({'nvidia.com/gpu.deploy.device-plugin': 'true'}), 'night', ['device-plugin'])
     assert handover['components']['pause'] == {'nvidia.com/gpu.deploy.device-plugin': 'paused-for-mig-change'}
     assert FILTERS['mig_handover_failure'](handover, 'why', False)['uncordon']

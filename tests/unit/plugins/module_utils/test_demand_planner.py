@@ -130,6 +130,19 @@ def test_held_and_busy_instances_never_touched():
     assert plan_demand(nodes, [pod('a/p', {'7g.80gb': 1}, priority=500)], policy)['unmet_pods'] == ['a/p']
 
 
+def test_each_unmet_pod_gets_the_lines_of_the_profiles_it_asks_for():
+    """The reason told on each pod (its Event): only its own profiles' lines, in profile order."""
+    nodes = {'n1': [gpu(0, [('1g.10gb', 3, ['a/held'])])]}
+    plan = plan_demand(nodes, [pod('a/p', {'7g.80gb': 1}), pod('a/q', {'7g.80gb': 1, '1g.5gb': 1}), pod('a/r', {'1g.10gb': 1})])
+    assert plan['unmet_pods'] == ['a/p', 'a/q']
+    # a/r is served by a new 1g.10gb on GPU 0: in the way too.
+    seven = '7g.80gb: 2 device(s) for a/p, a/q unmet: no GPU is free of pods; nearest is node n1 GPU 0, 2 pod(s) (a/held, a/r)'
+    five = '1g.5gb: 1 device(s) for a/q unmet: no GPU of the fleet offers this profile'
+    assert plan['unmet'] == [five, seven]
+    assert plan['unmet_reasons'] == {'a/p': [seven], 'a/q': [five, seven]}
+    assert plan_demand(nodes, [pod('a/r', {'1g.10gb': 1})])['unmet_reasons'] == {}
+
+
 def test_gpu_held_whole_is_left_out():
     whole = gpu(0)
     whole['allocated_to'] = ['a/whole']

@@ -53,6 +53,78 @@ def test_switch_mode(switch, read, fallback, repack, mode):
     assert decided.reason
 
 
+def test_switch_cordons_in_every_mode_but_create_only():
+    read = {'read': True}
+    assert h.SwitchMode('in_place', read).as_dict()['cordon'] is True
+    assert h.SwitchMode('drain', read).as_dict()['cordon'] is True
+    assert h.SwitchMode('in_place', read, repack=True).as_dict()['cordon'] is True
+    created = h.SwitchMode('in_place', read, create_only=True).as_dict()
+    assert created['mode'] == 'create_only' and created['cordon'] is False and created['problem'] is None
+    assert 'not cordoned' in created['reason'] and 'device plugin' in created['reason']
+    # A repack stays a repack; a chosen drain stays a drain (the user asked for the GPU operator's way); without
+    # pod-resources, pods holding index ids are unknown: the cordoned path (or its problem) stays.
+    assert h.SwitchMode('in_place', read, repack=True, create_only=True).mode == 'repack'
+    assert h.SwitchMode('drain', read, create_only=True).mode == 'drain'
+    assert h.SwitchMode('in_place', {'read': False}, drain_fallback=True, create_only=True).mode == 'drain'
+    unread = h.SwitchMode('in_place', {'read': False}, create_only=True).as_dict()
+    assert unread['mode'] is None and unread['problem'] and unread['cordon'] is False
+
+
+def create(profile='3g.40gb', start=4):
+    return {'action': 'create_gpu_instance', 'profile': profile, 'placement': {'start': start, 'size': 4}}
+
+
+def decision(*gpus, **extra):
+    found = {'in_layout': False, 'reboot_required': False, 'pods_to_evict': [],
+             'gpus': [dict({'index': i, 'deferred': False}, actions=actions) for i, actions in enumerate(gpus)]}
+    found.update(extra)
+    return found
+
+
+CREATE_CI = {'action': 'create_compute_instance', 'gpu_instance_ref': 'new-0', 'gpu_instance_profile': '3g.40gb'}
+
+
+def test_a_change_that_only_creates_instances_is_create_only():
+    scope = h.ChangeScope(decision([create(), CREATE_CI], [], [create('1g.10gb', 0)])).as_dict()
+    assert scope == {'create_only': True, 'creates': 3, 'disturbing': [],
+                     'reason': 'the change only creates 3 instance(s) in free slices'}
+
+
+@pytest.mark.parametrize('gpus, extra, disturbing', [
+    # A destroy anywhere on the host (another GPU included) takes the cordoned path.
+    (([create()], [{'action': 'destroy_gpu_instance', 'gpu_instance_id': 3}]), {}, ['GPU 1: destroy gpu instance']),
+    (([{'action': 'destroy_compute_instance', 'gpu_instance_id': 3}, create()],), {}, ['GPU 0: destroy compute instance']),
+    (([{'action': 'set_mig_mode', 'mode': True}, create()],), {}, ['GPU 0: set mig mode']),
+    (([{'action': 'reset_gpu', 'mode': True}],), {}, ['GPU 0: reset gpu']),
+    (([create()],), {'reboot_required': True}, ['a reboot']),
+    # A pod holding an index id that a new instance would shift is named by the decision: it must move.
+    (([create()],), {'pods_to_evict': ['ml/a']}, ['pod(s) to evict: ml/a']),
+])
+def test_anything_but_creates_is_not_create_only(gpus, extra, disturbing):
+    scope = h.ChangeScope(decision(*gpus, **extra)).as_dict()
+    assert scope['create_only'] is False
+    assert scope['disturbing'] == disturbing
+    assert scope['reason'].startswith('the change does more than create instances')
+
+
+def test_a_gpu_waiting_for_its_mode_step_or_no_step_at_all_is_not_create_only():
+    deferred = decision([create()])
+    deferred['gpus'][0]['deferred'] = True
+    assert h.ChangeScope(deferred).as_dict()['disturbing'] == ['GPU 0: its instances wait for a MIG mode change']
+    nothing = h.ChangeScope(decision([], [])).as_dict()
+    assert nothing['create_only'] is False and nothing['reason'] == 'the change plans no step'
+    assert h.ChangeScope(None).create_only is False
+    # The repack's stand-in decision (no gpus).
+    assert h.ChangeScope({'pods_to_evict': [], 'pod_resources': {'read': True}}).create_only is False
+
+
+def test_create_only_evicts_nobody_even_when_pods_are_named():
+    pods = [pod('a'), pod('b')]
+    plan = h.EvictionPlan(pods, 'create_only', ['ml/a'], node=NODE).as_dict()
+    assert plan['evict'] == [] and plan['refused'] == [] and plan['problem'] is None
+    assert plan['gpu_pods'] == ['ml/a', 'ml/b']
+
+
 def test_switch_fallback_says_why_it_drains():
     decided = h.SwitchMode('in_place', {'read': False, 'reason': 'socket missing'}, drain_fallback=True)
     assert 'socket missing' in decided.reason and 'mig_layout_k8s_drain_fallback=true' in decided.reason
@@ -322,13 +394,35 @@ def test_a_node_cordoned_by_someone_else_gets_no_mark_and_is_never_uncordoned():
 def test_failure_keeps_the_cordon_only_when_a_gpu_may_have_changed():
     found = h.NodeHandover(node({'nvidia.com/gpu.deploy.device-plugin': 'true'}), 'nighttime').as_dict()
     touched = h.failure(found, 'GPU 0: create failed', gpu_changed=True)
-    assert touched == {'uncordon': False, 'patch': {'metadata': {
+    assert touched == {'uncordon': False, 'cordoned': True, 'patch': {'metadata': {
         'labels': {'nvidia.com/gpu.deploy.device-plugin': 'true', h.STATE_LABEL: 'failed'},
         'annotations': {h.FAILURE_ANNOTATION: 'GPU 0: create failed'}}}}
     untouched = h.failure(found, 'budget', gpu_changed=False)
     assert untouched['uncordon']
     assert untouched['patch']['metadata']['annotations'] == {h.FAILURE_ANNOTATION: 'budget', h.CORDON_ANNOTATION: None}
     assert len(h.failure(found, 'x' * 5000, True)['patch']['metadata']['annotations'][h.FAILURE_ANNOTATION]) == 4096
+
+
+def test_a_create_only_change_never_marks_nor_uncordons_the_node():
+    plain = node({'nvidia.com/gpu.deploy.device-plugin': 'true'})
+    found = h.NodeHandover(plain, 'demand-1', cordon=False).as_dict()
+    assert found['cordon'] is False and found['uncordon'] is False
+    # Components are still paused (the device plugin restarts and enumerates the new instances), no cordon mark.
+    assert found['start'] == {'metadata': {'labels': {'nvidia.com/gpu.deploy.device-plugin': h.PAUSED, h.STATE_LABEL: 'pending',
+                                                      h.CONFIG_LABEL: 'demand-1'}, 'annotations': {}}}
+    assert found['success']['metadata']['labels']['nvidia.com/gpu.deploy.device-plugin'] == 'true'
+    # Cordoned by someone else meanwhile, or not: a run that did not cordon does not uncordon, even after a failure.
+    for gpu_changed in (False, True):
+        failed = h.failure(found, 'create failed', gpu_changed)
+        assert failed['uncordon'] is False and failed['cordoned'] is False
+        assert h.failure_outcome(failed, 'n1') == (
+            'the node was not cordoned (the change only created instances) and says nvidia.com/mig.config.state=failed.')
+        assert h.failure_outcome(failed, 'n1', write_error='timeout') == (
+            'writing nvidia.com/mig.config.state=failed to node n1 also failed (timeout): it may still say pending, '
+            'with its GPU components paused.')
+    cordoning = h.NodeHandover(plain, 'demand-1').as_dict()
+    assert cordoning['cordon'] and cordoning['uncordon']
+    assert cordoning['start']['metadata']['annotations'] == {h.CORDON_ANNOTATION: 'demand-1'}
 
 
 def test_failure_outcome_says_what_the_node_shows():
@@ -427,3 +521,55 @@ def test_allocatable_counts_where_no_device_ids_are_expected():
         'nvidia.com/mig-3g.40gb: 0 advertised, 1 held']
     assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '3', 'nvidia.com/mig-3g.40gb': '1'}) == [
         'nvidia.com/mig-1g.10gb: 3 advertised, 4 held']
+
+
+# --- unmet demand told on the pod (issue 20, section 3) -----------------------------------------------------
+
+STAMP = '2026-12-04T03:00:00.123456Z'
+LATER = '2026-12-04T03:05:00.000001Z'
+WHY = '7g.80gb: 1 device(s) for ml/big unmet: no GPU is free of pods; nearest is node gpu-1 GPU 0, 3 pod(s) (ml/a, ml/b, ml/c)'
+
+
+def test_an_unmet_pod_gets_a_warning_event_about_it_with_the_reason():
+    events = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big'), pod('other')], [], STAMP)
+    assert events['count'] == []
+    [made] = events['create']
+    assert made['regarding'] == {'apiVersion': 'v1', 'kind': 'Pod', 'name': 'big', 'namespace': 'ml', 'uid': 'uid-big'}
+    assert made['metadata']['namespace'] == 'ml' and made['metadata']['labels'] == {h.DEMAND_LABEL: 'true'}
+    assert made['metadata']['name'].startswith('big.migdemand.')
+    assert (made['type'], made['reason'], made['reportingController']) == ('Warning', 'MIGDemandUnmet', 'gpufleet.mig/mig-demand')
+    assert made['note'] == 'gpufleet.mig cannot give this pod its MIG devices: ' + WHY
+    assert made['eventTime'] == STAMP
+
+
+def test_the_same_reason_next_run_counts_the_event_again_instead_of_a_new_one():
+    first = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], STAMP)['create'][0]
+    again = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [first], LATER)
+    assert again['create'] == []
+    assert again['count'] == [{'namespace': 'ml', 'name': first['metadata']['name'],
+                               'series': {'count': 2, 'lastObservedTime': LATER}}]
+    counted = dict(first, series={'count': 2, 'lastObservedTime': LATER})
+    assert h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [counted], LATER)['count'][0]['series']['count'] == 3
+    # The name depends on the reason only, not on the run's time.
+    assert h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], LATER)['create'][0]['metadata']['name'] == first['metadata']['name']
+
+
+def test_a_changed_reason_or_another_pod_of_the_same_name_is_a_new_event():
+    first = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], STAMP)['create'][0]
+    changed = h.unmet_demand_events({'ml/big': [WHY.replace('3 pod(s)', '2 pod(s)')]}, [pod('big')], [first], LATER)
+    assert changed['count'] == [] and changed['create'][0]['metadata']['name'] != first['metadata']['name']
+    recreated = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big', uid='uid-new')], [first], LATER)
+    assert recreated['count'] == [] and recreated['create'][0]['regarding']['uid'] == 'uid-new'
+
+
+def test_a_pod_bound_or_gone_meanwhile_or_without_reason_is_told_nothing():
+    assert h.unmet_demand_events({'ml/big': [WHY]}, [pod('other')], [], STAMP) == {'create': [], 'count': []}
+    assert h.unmet_demand_events({'ml/big': []}, [pod('big')], [], STAMP) == {'create': [], 'count': []}
+    assert h.unmet_demand_events(None, None, None, STAMP) == {'create': [], 'count': []}
+
+
+def test_unmet_demand_event_names_and_notes_stay_within_the_api_limits():
+    long_name = 'x' * 253
+    made = h.unmet_demand_events({'ml/' + long_name: [WHY] * 20}, [pod(long_name)], [], STAMP)['create'][0]
+    assert len(made['metadata']['name']) <= 253 and made['metadata']['name'].endswith(made['metadata']['name'][-16:])
+    assert len(made['note']) == h.EVENT_NOTE_LIMIT and made['note'].endswith('...')
