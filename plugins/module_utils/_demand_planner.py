@@ -54,6 +54,7 @@ import json
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import profile_of_resource
+from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import instance_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
     Catalog,
     GeometryError,
@@ -248,7 +249,7 @@ class _Gpu(object):
         self.instances = []
         for gi in data.get('gpu_instances') or []:
             cis = [ci['profile'] for ci in gi.get('compute_instances') or []]
-            pids = [p['pid'] for ci in gi.get('compute_instances') or [] for p in ci.get('processes') or []]
+            pids = instance_pids(gi)
             self.instances.append(_Instance(gi['id'], gi['profile'], gi['placement']['start'], cis,
                                             gi.get('allocated_to') or [], pids))
         self.instances.sort(key=lambda i: i.start)

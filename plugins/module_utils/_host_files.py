@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils import (
     _gpu_resources,
     _host_apply,
     _host_lock,
+    _host_model,
     _layout_catalog,
     _layout_metrics,
     _mig_apply,
@@ -43,8 +44,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils import (
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE, write_atomically
 
 PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
-_BOOT_MODULES = (_boot_apply, _errors, _gpu_resources, _host_apply, _host_lock, _layout_catalog, _layout_metrics, _mig_apply,
-                 _mig_forecast, _mig_geometry, _mig_mode, _mig_planner, _mig_profile, _nvml_backend, _pod_resources)
+_BOOT_MODULES = (_boot_apply, _errors, _gpu_resources, _host_apply, _host_lock, _host_model, _layout_catalog, _layout_metrics,
+                 _mig_apply, _mig_forecast, _mig_geometry, _mig_mode, _mig_planner, _mig_profile, _nvml_backend, _pod_resources)
 BOOT_CODE = tuple(module.__name__.rsplit('.', 1)[1] for module in _BOOT_MODULES)
 LAYOUT_UNIT = 'gpufleet-mig-layout.service'
 METRICS_SERVICE = 'gpufleet-mig-metrics.service'

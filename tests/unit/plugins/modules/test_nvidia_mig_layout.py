@@ -139,6 +139,23 @@ def test_disabling_mig_destroys_idle_instances_first(simulated_host, run_module,
     assert state['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'disabled'} and not state['gpus'][0]['gpu_instances']
 
 
+def test_mode_and_layout_modules_report_the_instances_disabling_mig_destroys_in_one_shape(simulated_host, run_module, host_paths):
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_mode
+    host = simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+        {'profile': '3g.40gb', 'start': 4, 'compute_instances': [{'profile': '3g.40gb', 'start': 0}]},
+        {'profile': '2g.20gb', 'start': 0, 'compute_instances': [{'profile': '1c.2g.20gb', 'start': 0}, {'profile': '1c.2g.20gb', 'start': 1}]}]}])
+    uuids = mig_uuids(run_module)
+    by_layout, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF), check_mode=True)
+    assert not failed, by_layout
+    by_mode, failed = run_module(nvidia_mig_mode.main, {'gpus': [0], 'state': 'disabled', 'pod_resources': 'off'}, check_mode=True)
+    assert not failed, by_mode
+    destroyed = by_layout['gpus'][0]['destroyed_instances']
+    assert by_mode['gpus'][0]['destroyed_instances'] == destroyed
+    assert [(d['profile'], d['placement']['start'], d['allocated_to']) for d in destroyed] == [('2g.20gb', 0, []), ('3g.40gb', 4, [])]
+    assert destroyed[0]['mig_uuids'][0] == uuids[0] and len(destroyed[0]['mig_uuids']) == 2 and destroyed[1]['mig_uuids'] == [uuids[4]]
+    assert mutating_calls(host) == []
+
+
 def test_bad_layout_is_refused_with_the_reason(simulated_host, run_module, host_paths):
     host = simulated_host([{'model': 'A30'}])
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, name='weekend'))
