@@ -10,7 +10,7 @@ nvidia_mig_layout and the boot-time apply both call :func:`converge`; the decisi
 (:func:`decide`) is pure. No Ansible imports.
 
 Per GPU, in this order: the entries of the layout that match it (mig-parted rules, see
-_layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _plan_executor).
+_layout_matching), the MIG mode (_mig_mode), then the instances (_mig_planner, _plan_executor).
 NVML describes a GPU's profiles only while MIG is enabled, so a GPU whose MIG is still off is
 planned in two steps: the mode now, its instances "after MIG is enabled". Its entry is still checked
 before the first change of any GPU, against what can be known with MIG off (_mig_forecast).
@@ -23,12 +23,9 @@ __metaclass__ = type
 import contextlib
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
-    LayoutConfigError,
-    choose_entry,
-    concrete_instances,
-    match_gpus,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry, match_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_gpus, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig, mode_name
