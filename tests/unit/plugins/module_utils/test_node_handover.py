@@ -472,10 +472,10 @@ def test_decision_retry_installs_a_missing_package_or_drains_where_allowed():
 
 
 def test_decision_retry_reads_the_words_the_producers_write():
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources as pr
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_allocations as pr_allocations
     host = {'gpus': [{'index': 0, 'uuid': 'GPU-0', 'minor_number': 0, 'gpu_instances': [], 'processes': []}]}
-    with pytest.raises(pr.UnknownDeviceIds) as unknown:
-        pr.allocations_of(host, [{'namespace': 'ml', 'pod': 'a', 'container': 'c', 'resource': 'nvidia.com/gpu',
+    with pytest.raises(pr_allocations.UnknownDeviceIds) as unknown:
+        pr_allocations.allocations_of(host, [{'namespace': 'ml', 'pod': 'a', 'container': 'c', 'resource': 'nvidia.com/gpu',
                                   'device_ids': ['GPU-gone']}])
     assert h.decision_retry(str(unknown.value), True, False, True)['drain_instead']
 
