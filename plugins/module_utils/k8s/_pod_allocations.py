@@ -240,4 +240,3 @@ def node_resources(host):
     for resource, dummy, dummy_index in _advertised(host):
         counts[resource] = counts.get(resource, 0) + 1
     return counts
-

@@ -115,4 +115,3 @@ def pods_of_pids(pids, proc_root='/proc'):
         if best is not None:
             found[pid] = best
     return found
-

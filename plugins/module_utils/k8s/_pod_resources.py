@@ -156,4 +156,3 @@ def allocatable_gpu_device_ids(socket_path=DEFAULT_SOCKET, timeout=5.0):
     plugins advertise now, replicas included); resources that are no GPU's left out. Raises PodResourcesUnavailable."""
     return dict((resource, sorted(ids)) for resource, ids in allocatable_devices(socket_path, timeout).items()
                 if is_gpu_resource(resource))
-

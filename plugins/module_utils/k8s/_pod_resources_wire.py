@@ -268,4 +268,3 @@ def encode_list_response(allocations):
 def encode_allocatable_response(devices):
     """An AllocatableResourcesResponse from ``{resource: [device ids]}``."""
     return encode_message([(1, [encode_container_devices(resource, ids) for resource, ids in sorted(devices.items())])])
-

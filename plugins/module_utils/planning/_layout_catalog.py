@@ -341,4 +341,3 @@ def layout_problems(configs, skip=None):
 def select(configs, name):
     """Alias of :func:`check_layout`."""
     return check_layout(configs, name)
-

@@ -173,4 +173,3 @@ def concrete_instances(mig_devices, gpu):
         if extra:
             instances[fill] = instances.get(fill, 0) + extra
     return instances
-

@@ -383,4 +383,3 @@ def choose_entry(candidate, gpu, unmatched='ignore', layout=None):
     record.update({'entries': [c['entry'] for c in fitting], 'entry': fitting[-1]['entry'],
                    'mig_devices': dict(fitting[-1]['mig_devices'])})
     return record
-

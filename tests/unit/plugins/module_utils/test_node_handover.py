@@ -476,7 +476,7 @@ def test_decision_retry_reads_the_words_the_producers_write():
     host = {'gpus': [{'index': 0, 'uuid': 'GPU-0', 'minor_number': 0, 'gpu_instances': [], 'processes': []}]}
     with pytest.raises(pr_allocations.UnknownDeviceIds) as unknown:
         pr_allocations.allocations_of(host, [{'namespace': 'ml', 'pod': 'a', 'container': 'c', 'resource': 'nvidia.com/gpu',
-                                  'device_ids': ['GPU-gone']}])
+                                              'device_ids': ['GPU-gone']}])
     assert h.decision_retry(str(unknown.value), True, False, True)['drain_instead']
 
 

@@ -628,7 +628,7 @@ def test_dynamic_resources_bytes_match_the_v1_field_numbers():
     pod = b'\x0a\x03pod\x12\x02ns\x1a' + bytes([len(container)]) + container
     answer = b'\x0a' + bytes([len(pod)]) + pod
     assert pr_wire.parse_list_response(answer) == [{'namespace': 'ns', 'pod': 'pod', 'container': 'c', 'claim': 'ns/n',
-                                               'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]
+                                                    'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]
     assert pr_wire.encode_list_response([{'namespace': 'ns', 'pod': 'pod', 'containers': [
         {'name': 'c', 'claims': {'ns/n': [{'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]}}]}]) == answer
 
