@@ -87,9 +87,10 @@ def _load_module_util(name):
     return module
 
 
-# In import order: _pod_resources imports _gpu_resources, which imports _mig_profile.
+# In import order: _pod_resources imports _gpu_resources (which imports _mig_profile) and _host_model.
 MigProfile = _load_module_util('planning._mig_profile').MigProfile
 _load_module_util('planning._gpu_resources')
+_load_module_util('planning._host_model')
 wire = _load_module_util('k8s._pod_resources')
 
 
