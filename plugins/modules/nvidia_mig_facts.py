@@ -256,8 +256,6 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection i
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    free_space,
-    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,
@@ -265,6 +263,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import DeclaredLayoutError, load_layout
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import in_layout_by_uuid
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PodResourcesUnavailable, allocatable_gpu_device_ids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import free_space
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations
 
 
 def gpu_facts(gpu, held=None):

@@ -160,11 +160,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import index_id_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations, index_id_refusal
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,

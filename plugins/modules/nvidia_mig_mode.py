@@ -139,11 +139,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations
 
 
 def pods_holding(held):

@@ -131,13 +131,12 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    free_space,
-    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import index_id_refusal, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations, index_id_refusal, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import free_space
 
 _FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
 

@@ -21,12 +21,11 @@ import os
 import time
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, in_layout_by_uuid
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import METRICS_FILE, write_atomically
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import (
-    METRICS_FILE,
     accumulate_stranded,
     render,
     stranded_figures,
-    write_atomically,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import UnknownDeviceIds, allocations_of, gpu_allocations
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PodResourcesUnavailable, list_pod_devices

@@ -18,11 +18,10 @@ __metaclass__ = type
 
 import json
 import os
-import tempfile
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import write_atomically
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze
 
-METRICS_FILE = 'gpufleet_mig.prom'
 
 _HELP = (
     ('gpufleet_mig_mode_enabled', 'gauge', 'MIG mode currently enabled (1) or not (0).'),
@@ -153,20 +152,3 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, held=None, stranded
         for labels, value in samples[name]:
             lines.append('%s%s %s' % (name, _labels(**labels), value))
     return '\n'.join(lines) + '\n'
-
-
-def write_atomically(path, content, mode=0o644):
-    """Write ``content`` to ``path`` through a temp file in the same folder and a rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory)
-    fd, temp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(content)
-        os.chmod(temp, mode)
-        os.rename(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise

@@ -21,6 +21,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_cgroups import pods_of_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PODS_UNKNOWN
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources_wire import is_claim
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
@@ -30,7 +31,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resourc
     resource_of_profile,
     strip_replica,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes, host_pids
 
 
 # ---- what the allocations mean for the host's GPUs ----------------------------------------------
@@ -240,3 +241,15 @@ def node_resources(host):
     for resource, dummy, dummy_index in _advertised(host):
         counts[resource] = counts.get(resource, 0) + 1
     return counts
+
+
+def unread_pid_pods(host, pod_devices):
+    """Where pod-resources were not read (``pod_devices`` None), the pods of the running GPU processes,
+    from their cgroups (_pod_cgroups.pods_of_pids); otherwise None."""
+    return pods_of_pids(host_pids(host)) if pod_devices is None else None
+
+
+def host_allocations(host, pod_devices):
+    """_pod_allocations.allocations_of for ``host``: from the kubelet's answer or, where it was not
+    read, from the cgroups of the running GPU processes."""
+    return allocations_of(host, pod_devices or [], unread_pid_pods(host, pod_devices))
