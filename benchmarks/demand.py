@@ -62,20 +62,20 @@ import re
 import sys
 import time
 
-SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'simulator')
-if SIMULATOR_DIR not in sys.path:
-    sys.path.insert(0, SIMULATOR_DIR)
+from ansible_collections.gpufleet.mig.tests.support.simulator import simulator_on_path
+
+simulator_on_path()
 
 import yaml  # noqa: E402
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import plan_demand  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (  # noqa: E402
     concrete_instances,
     match_gpus,
     validate_document,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, plan_gpu  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

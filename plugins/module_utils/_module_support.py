@@ -17,11 +17,12 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import HostLock
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import host_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import (
     PODS_UNREADABLE,
     PodResourcesUnavailable,
     UnknownDeviceIds,
@@ -85,18 +86,6 @@ def free_space(gpu):
     return analyze(catalog, occupancy)
 
 
-def layout_lines(gpu_index, layout):
-    """Human-readable layout, one line per GPU instance, for ``diff``."""
-    lines = []
-    for entry in layout:
-        cis = ','.join('%s@%d' % (ci['profile'], ci['placement']['start']) for ci in entry['compute_instances'])
-        busy = ' busy pids=%s' % entry['pids'] if entry.get('busy') else ''
-        lines.append('GPU %s: %s@%d [%s]%s' % (gpu_index, entry['profile'], entry['placement']['start'], cis, busy))
-    if not layout:
-        lines.append('GPU %s: (no instances)' % gpu_index)
-    return lines
-
-
 def _socket_absent(path):
     """Nothing at ``path``; a permission error is not absence (os.path.exists would say False)."""
     try:
@@ -129,17 +118,10 @@ def read_pod_resources(module):
 def unread_pid_pods(host, pod_devices):
     """Where pod-resources were not read (``pod_devices`` None), the pods of the running GPU processes,
     from their cgroups (_pod_resources.pods_of_pids); otherwise None."""
-    return pods_of_pids(gpu_pids(host)) if pod_devices is None else None
+    return pods_of_pids(host_pids(host)) if pod_devices is None else None
 
 
 def host_allocations(host, pod_devices):
     """_pod_resources.allocations_of for ``host``: from the kubelet's answer or, where it was not
     read, from the cgroups of the running GPU processes."""
     return allocations_of(host, pod_devices or [], unread_pid_pods(host, pod_devices))
-
-
-def gpu_pids(host):
-    """Every process id on the host's GPUs and their compute instances."""
-    return sorted(set(p['pid'] for gpu in host['gpus'] for p in gpu.get('processes') or [])
-                  | set(p['pid'] for gpu in host['gpus'] for gi in gpu['gpu_instances'] for ci in gi['compute_instances']
-                        for p in ci['processes']))

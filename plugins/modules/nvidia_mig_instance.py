@@ -156,15 +156,15 @@ pod_resources:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import index_id_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import index_id_refusal
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
     host_allocations,
-    layout_lines,
     nvml_session,
     read_pod_resources,
     run_module,
@@ -248,11 +248,10 @@ def main_body(module):
     output = dict(changed=any(r['changed'] for r in results), gpus=results, actions=all_actions, skipped_gpus=skipped,
                   pod_resources=pod_status)
     if module._diff:
-        output['diff'] = {
-            'before': ''.join(line + '\n' for r in results for line in layout_lines(r['index'], r['before'])),
-            'after': ''.join(line + '\n' for r in results
-                             for line in (layout_lines(r['index'], r['after']) if r['after'] is not None else ['GPU %d: (%s)' % (r['index'], r['note'])])),
-        }
+        diff = DiffRecorder()
+        for r in results:
+            diff.layout(r['index'], r['before'], r['after'], note=r['note'])
+        output['diff'] = diff.as_dict()
     module.exit_json(**output)
 
 

@@ -371,16 +371,16 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _host_files
-from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import metrics_content, record_apply
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import expected_device_ids, node_resources
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_files
+from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import expected_device_ids, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
     ModuleFailure,
-    layout_lines,
     nvml_session,
     read_pod_resources,
     run_module,
@@ -501,24 +501,19 @@ def other_owners(module, systemd):
 
 
 def diff_of(decision, after):
-    before_lines = []
-    after_lines = []
+    """Each GPU's mode and instances before, and as the apply left them (planned, without an apply)."""
+    diff = DiffRecorder()
     final = dict((g.index, g) for g in (after.gpus if after else []))
     for gpu in decision.gpus:
-        mode = gpu.gpu['mig_mode']
-        before_lines.append('GPU %d: MIG current=%s pending=%s' % (gpu.index, mode['current'], mode['pending']))
-        before_lines.extend(layout_lines(gpu.index, gpu.as_dict()['before']))
+        planned = gpu.as_dict()
         end = final.get(gpu.index)
         if end is not None:
             after_mode, after_layout = end.gpu['mig_mode'], end.as_dict()['before']
         else:
-            after_mode, after_layout = gpu.mode.after, gpu.as_dict()['after']
-        after_lines.append('GPU %d: MIG current=%s pending=%s' % (gpu.index, after_mode['current'], after_mode['pending']))
-        if after_layout is None:
-            after_lines.append('GPU %d: (%s)' % (gpu.index, gpu.as_dict()['note']))
-        else:
-            after_lines.extend(layout_lines(gpu.index, after_layout))
-    return {'before': ''.join(line + '\n' for line in before_lines), 'after': ''.join(line + '\n' for line in after_lines)}
+            after_mode, after_layout = gpu.mode.after, planned['after']
+        diff.mode(gpu.index, gpu.gpu['mig_mode'], after_mode)
+        diff.layout(gpu.index, planned['before'], after_layout, note=planned['note'])
+    return diff.as_dict()
 
 
 def main_body(module):

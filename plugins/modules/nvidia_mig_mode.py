@@ -107,7 +107,10 @@ gpus:
           such as nvidia-persistenced or DCGM holds the GPU), or null.
       type: str
     destroyed_instances:
-      description: GPU instances destroyed to disable MIG, with profile and placement.
+      description:
+        - GPU instances destroyed to disable MIG, with C(id), C(profile), C(placement), the MIG device UUIDs workloads
+          know them by (C(mig_uuids)) and the pods that hold them (C(allocated_to)), in the shape of the
+          C(destroyed_instances) of M(gpufleet.mig.nvidia_mig_layout).
       type: list
       elements: dict
     changed:
@@ -128,10 +131,11 @@ pod_resources:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import destroyed_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -168,21 +172,19 @@ def main_body(module):
             module.fail_json(msg='; '.join(problems), skipped_gpus=skipped, pod_resources=pod_status)
         planned = []
         for decision in decisions:
-            clear = None
-            if decision.needs_set and not wanted_enabled and decision.gpu['gpu_instances']:
-                # Disabling MIG destroys the GPU instances first; busy or allocated ones refuse in plan_gpu.
-                clear = plan_gpu(decision.gpu, {}, allocated=(held.get(decision.gpu['uuid']) or {}).get('instances', {}))
-            planned.append((decision, clear))
+            allocated = (held.get(decision.gpu['uuid']) or {}).get('instances', {})
+            clear = clearing_plan(decision.gpu, allocated) if decision.needs_set and not wanted_enabled else None
+            planned.append((decision, clear, allocated))
 
         results = []
-        for decision, clear in planned:
+        for decision, clear, allocated in planned:
             gpu = decision.gpu
-            destroyed = [{'id': gi['id'], 'profile': gi['profile'], 'placement': gi['placement']} for gi in gpu['gpu_instances']] if clear else []
             outcome = {'after': decision.after, 'reset_performed': decision.needs_reset, 'pending_reason': None}
             if decision.changed and not module.check_mode:
-                if clear:
-                    apply_plan(backend, gpu, clear)
-                outcome = change_mode(backend, decision)
+                if wanted_enabled:
+                    outcome = change_mode(backend, decision)
+                else:
+                    outcome = disable_mig(backend, decision, clear, lambda plan, gpu=gpu: apply_plan(backend, gpu, plan))
             results.append({
                 'index': gpu['index'],
                 'uuid': gpu['uuid'],
@@ -191,16 +193,17 @@ def main_body(module):
                 'reset_required': outcome['after']['current'] != outcome['after']['pending'],
                 'reset_performed': outcome['reset_performed'],
                 'pending_reason': outcome['pending_reason'],
-                'destroyed_instances': destroyed,
+                'destroyed_instances': destroyed_instances(gpu, clear, allocated),
                 'changed': decision.changed,
             })
 
     output = dict(changed=any(r['changed'] for r in results), gpus=results, skipped_gpus=skipped, pod_resources=pod_status)
     if module._diff:
-        output['diff'] = {
-            'before': ''.join('GPU %d: current=%s pending=%s\n' % (r['index'], r['before']['current'], r['before']['pending']) for r in results),
-            'after': ''.join('GPU %d: current=%s pending=%s\n' % (r['index'], r['after']['current'], r['after']['pending']) for r in results),
-        }
+        diff = DiffRecorder()
+        for r in results:
+            # Modes only: no 'MIG' before each.
+            diff.mode(r['index'], r['before'], r['after'], label='')
+        output['diff'] = diff.as_dict()
     module.exit_json(**output)
 
 

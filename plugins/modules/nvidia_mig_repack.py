@@ -124,20 +124,20 @@ resources:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, current_specs, plan_gpu_specs
+from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, current_specs, plan_gpu_specs
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
     free_space,
     host_allocations,
-    layout_lines,
     nvml_session,
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import index_id_refusal, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import index_id_refusal, node_resources
 
 _FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
 
@@ -211,11 +211,11 @@ def main_body(module):
         resources = node_resources(backend.read_host(with_profiles=False) if done else host)
     output = dict(changed=bool(done), gpus=results, actions=done, resources=resources, skipped_gpus=skipped)
     if module._diff:
-        moved = [r for r in results if r['status'] == 'repacked']
-        output['diff'] = {
-            'before': ''.join(line + '\n' for r in moved for line in layout_lines(r['index'], r['before_layout'])),
-            'after': ''.join(line + '\n' for r in moved for line in layout_lines(r['index'], r['after_layout'])),
-        }
+        diff = DiffRecorder()
+        for r in results:
+            if r['status'] == 'repacked':
+                diff.layout(r['index'], r['before_layout'], r['after_layout'])
+        output['diff'] = diff.as_dict()
     module.exit_json(**output)
 
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """End-to-end check of the real test node: cluster.sh + node.sh + device_plugin.py on a simulated
-A100-SXM4-80GB host, read back through plugins/module_utils/_pod_resources.py.
+A100-SXM4-80GB host, read back through plugins/module_utils/k8s/_pod_resources.py.
 
   sudo .venv/bin/python tests/cluster/check_node.py      (root; the Python needs grpcio and nvidia-ml-py)
 
@@ -296,7 +296,7 @@ def scenario(cluster, host_file):
     write_host(host_file, [('1g.10gb', start) for start in range(7)])
     nvml = device_plugin.enumerate_resources(host_file)
     check('the simulated NVML reports seven 1g.10gb MIG devices', len(nvml.get(MIG_1G, [])) == 7, nvml)
-    timed('device plugin start', cluster.script, 'node.sh', 'plugin-start', env={'GPUFLEET_MIG_SIMULATOR': host_file})
+    timed('device plugin start', cluster.script, 'node.sh', 'plugin-start', env={device_plugin.SIMULATOR_ENV: host_file})
     allocatable = timed('mig-1g.10gb in the node allocatable', wait_until, 'mig-1g.10gb: 7 on the node',
                         lambda: cluster.allocatable().get(MIG_1G) == '7' and cluster.allocatable())
     check('node allocatable nvidia.com/mig-1g.10gb: 7', allocatable.get(MIG_1G) == '7', allocatable)

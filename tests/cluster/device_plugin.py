@@ -14,7 +14,7 @@ is full-size is one device of ``nvidia.com/mig-<profile>`` ('+' in the profile b
 id the MIG UUID; a GPU with MIG disabled is one ``nvidia.com/gpu`` with its GPU UUID.
 
 It speaks the kubelet's device plugin API v1beta1 over gRPC (grpcio, with the protobuf codec of
-plugins/module_utils/_pod_resources.py): one server per resource on DIR/gpufleet-<name>.sock,
+plugins/module_utils/k8s/_pod_resources.py): one server per resource on DIR/gpufleet-<name>.sock,
 registered through DIR/kubelet.sock; GetDevicePluginOptions, ListAndWatch (a stream, every device
 Healthy), GetPreferredAllocation, Allocate (NVIDIA_VISIBLE_DEVICES=<ids>, as the envvar device list
 strategy) and PreStartContainer.
@@ -45,7 +45,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
-import importlib
 import importlib.util
 import json
 import os
@@ -64,7 +63,11 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 API_VERSION = 'v1beta1'
 DEPLOY_LABEL = 'nvidia.com/gpu.deploy.device-plugin'
 VISIBLE_DEVICES_ENV = 'NVIDIA_VISIBLE_DEVICES'
-SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
+
+# The simulator's folder and variable, as every test names them (run as a script: the repository on the path first).
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from tests.support.simulator import SIMULATOR_ENV, simulator_on_path  # noqa: E402
 
 
 MODULE_UTILS = 'ansible_collections.gpufleet.mig.plugins.module_utils'
@@ -76,7 +79,7 @@ def _load_module_util(name):
     One already imported (the collection on the path, as in the tests) is reused, never loaded twice."""
     if '%s.%s' % (MODULE_UTILS, name) in sys.modules:
         return sys.modules['%s.%s' % (MODULE_UTILS, name)]
-    path = os.path.join(REPO, 'plugins', 'module_utils', name + '.py')
+    path = os.path.join(REPO, 'plugins', 'module_utils', *name.split('.')) + '.py'
     spec = importlib.util.spec_from_file_location('%s.%s' % (MODULE_UTILS, name), path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -84,10 +87,11 @@ def _load_module_util(name):
     return module
 
 
-# In import order: _pod_resources imports _gpu_resources, which imports _mig_profile.
-MigProfile = _load_module_util('_mig_profile').MigProfile
-_load_module_util('_gpu_resources')
-wire = _load_module_util('_pod_resources')
+# In import order: _pod_resources imports _gpu_resources (which imports _mig_profile) and _host_model.
+MigProfile = _load_module_util('planning._mig_profile').MigProfile
+_load_module_util('planning._gpu_resources')
+_load_module_util('planning._host_model')
+wire = _load_module_util('k8s._pod_resources')
 
 
 def log(message):
@@ -120,10 +124,7 @@ def enumerate_devices(state_path=None):
 
     state_path = state_path or os.environ.get(SIMULATOR_ENV)
     if state_path:
-        simulator_dir = os.path.join(REPO, 'simulator')
-        if simulator_dir not in sys.path:
-            sys.path.insert(0, simulator_dir)
-        importlib.import_module('gpufleet_nvml_sim').install(pynvml, state_path)
+        simulator_on_path().install(pynvml, state_path)
     pynvml.nvmlInit()
     try:
         resources = {}

@@ -16,8 +16,8 @@ Python::
                        extravars={'mig_layout_name': 'nighttime'})
     run.rc, run.changed, run.messages, run.to_dict()
 
-Command line (for Molecule: ``ansible.builtin.command`` then ``stdout | from_json``; it also runs
-under ``async``)::
+Command line (for Molecule: ``ansible.builtin.command``, then tests/support/tasks/collect_run.yml reads its
+output into ``run_result``; it also runs under ``async``)::
 
     python tests/support/playbook.py PLAYBOOK [-i INVENTORY]... [-e VARS]... [--env NAME=VALUE]...
         [--private-data-dir DIR] [--timeout SECONDS] [--raw] [-- MORE ANSIBLE-PLAYBOOK ARGUMENTS]
@@ -32,6 +32,7 @@ The summary (``PlaybookRun.to_dict()``):
     wall            the whole process, start-up included, in seconds
     changed         sorted hosts whose stats count a change; failed: a failure; unreachable: an unreachable
                     result (ignore_unreachable results are not counted by Ansible)
+    changed_tasks   {host: [names of the tasks that changed it, in order]} for every host of the run
     messages        {host: [msg of each failed or unreachable result (a loop's: then those of its failed
                     items), in the order they came]}
     stats           {host: {ok, changed, failures, unreachable, skipped, rescued, ignored}}
@@ -143,6 +144,8 @@ class PlaybookRun:
 
     def to_dict(self, raw=False):
         summary = dict((name, getattr(self, name)) for name in self.SUMMARY)
+        hosts = set(self.stats) | set(result['host'] for result in self.results)
+        summary['changed_tasks'] = dict((host, self.changed_tasks(host)) for host in hosts)
         if raw:
             summary.update(events=self.events, stdout=self.stdout)
         return summary
@@ -204,17 +207,23 @@ def summarize(events, rc, status, wall, stdout=''):
     return PlaybookRun(rc, status, seconds, round(wall, 1), stats, results, events, stdout)
 
 
+def ansible_settings(bin_dir=BIN):
+    """The settings of an Ansible run from this checkout, the one definition (the Makefile's ANSIBLE_ENV applies them
+    through tests/support/ansible_env.py): the collection through build/collections (where the Makefile links this
+    checkout as gpufleet.mig), the roles, ansible.cfg, and ``bin_dir`` (ansible-playbook, molecule, ...) first on PATH."""
+    return {
+        'ANSIBLE_COLLECTIONS_PATH': COLLECTIONS,
+        'ANSIBLE_ROLES_PATH': os.path.join(REPO, 'roles'),
+        'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
+        'PATH': bin_dir + os.pathsep + os.environ.get('PATH', ''),
+    }
+
+
 def ansible_environment(**extra):
-    """Environment of an Ansible run from this checkout, as the Makefile's ANSIBLE_ENV sets it (no proxies)."""
+    """Environment of an Ansible run the tests start: this process's, with ansible_settings(), no colour, no proxies
+    (the tests' servers are on loopback) and no PYTHONPATH; then ``extra``."""
     env = dict((k, v) for k, v in os.environ.items() if not k.lower().endswith('_proxy'))
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
-        ANSIBLE_ROLES_PATH=os.path.join(REPO, 'roles'),
-        ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'),
-        ANSIBLE_NOCOLOR='1',
-        ANSIBLE_FORCE_COLOR='0',
-        PATH=BIN + os.pathsep + os.environ.get('PATH', ''),
-    )
+    env.update(ansible_settings(), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
     env.pop('PYTHONPATH', None)
     env.update(extra)
     return env

@@ -36,13 +36,14 @@ import os
 import re
 import stat
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
     DRA_GPU_DRIVER,
     WHOLE_GPU,
     is_gpu_resource,
     resource_of_profile,
     strip_replica,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes
 
 DEFAULT_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock'
 
@@ -657,9 +658,7 @@ def allocations_of(host, pod_devices, pid_pods=None):
             'not understand, or a device that is gone%s): %s, so nothing is planned'
             % (', '.join(unknown), minors, PODS_UNKNOWN))
     for gpu in host['gpus'] if pid_pods else []:
-        places = [(None, p['pid']) for p in gpu.get('processes') or []]
-        places.extend((gi['id'], p['pid']) for gi in gpu['gpu_instances'] for ci in gi['compute_instances'] for p in ci['processes'])
-        for gi_id, pid in places:
+        for gi_id, pid in gpu_processes(gpu):
             if pid in pid_pods:
                 _hold(result, (gpu['uuid'], gi_id), 'uid:%s' % pid_pods[pid]['pod_uid'])
     return result

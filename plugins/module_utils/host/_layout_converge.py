@@ -10,7 +10,7 @@ nvidia_mig_layout and the boot-time apply both call :func:`converge`; the decisi
 (:func:`decide`) is pure. No Ansible imports.
 
 Per GPU, in this order: the entries of the layout that match it (mig-parted rules, see
-_layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _mig_apply).
+_layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _plan_executor).
 NVML describes a GPU's profiles only while MIG is enabled, so a GPU whose MIG is still off is
 planned in two steps: the mode now, its instances "after MIG is enabled". Its entry is still checked
 before the first change of any GPU, against what can be known with MIG off (_mig_forecast).
@@ -22,17 +22,18 @@ __metaclass__ = type
 
 import contextlib
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     LayoutConfigError,
     choose_entry,
     concrete_instances,
     match_gpus,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_gpus, apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_forecast import check_without_mig
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, mode_name
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, layout_of, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, index_id_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_gpus, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import check_without_mig
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig, mode_name
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, destroyed_instances, layout_of, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import allocations_of, index_id_refusal
 
 
 class LayoutRequest(object):
@@ -89,9 +90,8 @@ class GpuDecision(object):
                 self.deferred = True
                 # Refused now rather than after the mode step of this or another GPU (no half-changed host).
                 self.checked_with = check_without_mig(gpu, match, request.unmatched, request.name, host_gpus)
-        elif gpu['gpu_instances']:
-            # MIG goes off: every instance goes first (busy or allocated ones refuse here).
-            self.plan = plan_gpu(gpu, {}, allocated=self.allocated, evictable=self.evictable)
+        else:
+            self.plan = clearing_plan(gpu, self.allocated, self.evictable)
         refusal = None if self.evictable else index_id_refusal(
             self.index, self.index_id_pods(), 'the change layout %s needs on this GPU' % request.name)
         if refusal:
@@ -99,11 +99,9 @@ class GpuDecision(object):
 
     def _pids_outside_pods(self, held):
         """Processes on the GPU that no pod holding it (or their instance) accounts for."""
-        pids = set() if held.get('gpu') else set(p['pid'] for p in self.gpu.get('processes') or [])
-        for gi in self.gpu['gpu_instances']:
-            if not self.allocated.get(gi['id']):
-                pids.update(p['pid'] for ci in gi['compute_instances'] for p in ci['processes'])
-        return sorted(pids)
+        def accounted(gi_id):
+            return held.get('gpu') if gi_id is None else self.allocated.get(gi_id)
+        return sorted(set(pid for gi_id, pid in gpu_processes(self.gpu) if not accounted(gi_id)))
 
     @property
     def index(self):
@@ -134,11 +132,7 @@ class GpuDecision(object):
 
     def destroyed_instances(self):
         """The GPU instances the plan destroys, with the MIG device UUIDs workloads know them by and their pods."""
-        ids = set(a['gpu_instance_id'] for a in (self.plan.actions if self.plan else []) if a['action'] == 'destroy_gpu_instance')
-        return [{'id': gi['id'], 'profile': gi['profile'], 'placement': dict(gi['placement']),
-                 'mig_uuids': [ci.get('uuid') for ci in gi['compute_instances'] if ci.get('uuid')],
-                 'allocated_to': list(self.allocated.get(gi['id'], []))}
-                for gi in self.gpu['gpu_instances'] if gi['id'] in ids]
+        return destroyed_instances(self.gpu, self.plan, self.allocated)
 
     def index_id_pods(self):
         """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change: after any
@@ -320,10 +314,10 @@ def _apply_gpu(backend, decision, request, done):
     """Bring one GPU to its layout; each action is appended to ``done`` as it is done."""
     index = decision.index
     if not decision.wanted_enabled:
-        if decision.plan and decision.plan.changed:
-            _apply_plan_or_replan(backend, decision, decision.gpu, decision.plan, {}, done)
-        if decision.mode.changed:
-            done.append(dict(change_mode(backend, decision.mode, report_refused_reset=True), action='set_mig_mode', gpu=index))
+        outcome = disable_mig(backend, decision.mode, decision.plan, report_refused_reset=True,
+                              apply_clear=lambda plan: _apply_plan_or_replan(backend, decision, decision.gpu, plan, {}, done))
+        if outcome:
+            done.append(dict(outcome, action='set_mig_mode', gpu=index))
         return
     if decision.mode.changed:
         outcome = change_mode(backend, decision.mode, report_refused_reset=True)

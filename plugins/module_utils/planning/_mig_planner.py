@@ -39,13 +39,14 @@ __metaclass__ = type
 import itertools
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     Occupancy,
     analyze,
     pack_compute_instances,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError
 
 
 # A GPU whose MIG is still off cannot be planned: NVML hides its profiles until MIG is enabled.
@@ -81,7 +82,7 @@ class CurrentInstance(object):
         self.profile = data['profile']
         self.start = data['placement']['start']
         self.compute_instances = tuple(sorted(ci['profile'] for ci in data.get('compute_instances') or []))
-        self.pids = sorted(set(p['pid'] for ci in data.get('compute_instances') or [] for p in ci.get('processes') or []))
+        self.pids = instance_pids(data)
         self.pods = sorted(pods or [])
 
     @property
@@ -396,10 +397,21 @@ def layout_of(gpu):
     for gi in gpu.get('gpu_instances') or []:
         cis = [{'id': ci['id'], 'profile': ci['profile'], 'placement': dict(ci['placement'])}
                for ci in gi.get('compute_instances') or []]
-        pids = sorted(set(p['pid'] for ci in gi.get('compute_instances') or [] for p in ci.get('processes') or []))
+        pids = instance_pids(gi)
         entries.append(_layout_entry(gi['profile'], gi['placement']['start'], gi['placement']['size'],
                                      sorted(cis, key=lambda c: c['placement']['start']), gi['id'], bool(pids), pids))
     return sorted(entries, key=lambda e: e['placement']['start'])
+
+
+def destroyed_instances(gpu, plan, allocated=None):
+    """The GPU instances ``plan`` (None: no plan) destroys on ``gpu``, with the MIG device UUIDs workloads know them
+    by and the pods that hold them (``allocated``: GPU instance id -> pods, as for :func:`plan_gpu`)."""
+    allocated = allocated or {}
+    ids = set(a['gpu_instance_id'] for a in (plan.actions if plan else []) if a['action'] == 'destroy_gpu_instance')
+    return [{'id': gi['id'], 'profile': gi['profile'], 'placement': dict(gi['placement']),
+             'mig_uuids': [ci.get('uuid') for ci in gi['compute_instances'] if ci.get('uuid')],
+             'allocated_to': list(allocated.get(gi['id'], []))}
+            for gi in gpu['gpu_instances'] if gi['id'] in ids]
 
 
 def _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy):

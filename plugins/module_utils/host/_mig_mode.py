@@ -18,7 +18,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import BackendError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import BackendError
 
 # MIG mode is driver state on these (reset-less MIG, MIG User Guide): a pending change on a GPU that is idle now
 # takes effect on another nvmlDeviceSetMigMode, no GPU reset needed. Ampere applies a pending mode at a GPU reset.
@@ -33,15 +35,6 @@ _PENDING_REASONS = {
 
 def mode_name(enabled):
     return 'enabled' if enabled else 'disabled'
-
-
-def gpu_pids(gpu):
-    """Every process on a GPU: its own (MIG off) and those of its compute instances."""
-    pids = set(p['pid'] for p in gpu.get('processes') or [])
-    for gi in gpu.get('gpu_instances') or []:
-        for ci in gi['compute_instances']:
-            pids.update(p['pid'] for p in ci['processes'])
-    return sorted(pids)
 
 
 def pending_reason(activation_status):
@@ -134,3 +127,22 @@ def change_mode(backend, decision, report_refused_reset=False):
         'reset_required': reset_required,
         'pending_reason': reason,
     }
+
+
+def clearing_plan(gpu, allocated=None, evictable=False):
+    """MIG goes off only once every GPU instance is gone: the plan that destroys them all, or None on a GPU without
+    any. Busy instances, and those pods hold (``allocated``, as for _mig_planner.plan_gpu), refuse there."""
+    if not gpu['gpu_instances']:
+        return None
+    return plan_gpu(gpu, {}, allocated=allocated, evictable=evictable)
+
+
+def disable_mig(backend, decision, plan, apply_clear, report_refused_reset=False):
+    """The disable sequence of one GPU: its instances first (``plan``, from :func:`clearing_plan`, run by
+    ``apply_clear(plan)``), then the mode (:func:`change_mode`). Returns change_mode's outcome, or None where the
+    mode already is as wanted (only the instances went)."""
+    if plan is not None and plan.changed:
+        apply_clear(plan)
+    if not decision.changed:
+        return None
+    return change_mode(backend, decision, report_refused_reset=report_refused_reset)

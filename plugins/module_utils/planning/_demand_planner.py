@@ -53,8 +53,9 @@ import itertools
 import json
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import profile_of_resource
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GeometryError,
     Occupancy,
@@ -62,7 +63,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import 
     slice_mask,
     slice_states,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError
 
 LAYOUT_PREFIX = 'demand-'
 DISRUPTION_ORDER = ('none', 'create-only', 'destroy-idle', 'evict')
@@ -248,7 +249,7 @@ class _Gpu(object):
         self.instances = []
         for gi in data.get('gpu_instances') or []:
             cis = [ci['profile'] for ci in gi.get('compute_instances') or []]
-            pids = [p['pid'] for ci in gi.get('compute_instances') or [] for p in ci.get('processes') or []]
+            pids = instance_pids(gi)
             self.instances.append(_Instance(gi['id'], gi['profile'], gi['placement']['start'], cis,
                                             gi.get('allocated_to') or [], pids))
         self.instances.sort(key=lambda i: i.start)
