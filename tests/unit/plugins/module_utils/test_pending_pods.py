@@ -91,5 +91,5 @@ def test_of_the_told_requests_only_the_pods_still_waiting_count_as_listed_now():
             pod('waits', {'nvidia.com/mig-7g.80gb': '2'}), pod('untold', {'nvidia.com/mig-1g.10gb': '1'})]
     # placed: bound meanwhile; gone: not listed; untold: not in the event; waits: once, with its request as listed now.
     assert pending.still_waiting(told, pods) == [{'pod': 'team-a/waits', 'priority': 0, 'priority_class': '',
-                                          'requests': {'7g.80gb': 2}, 'created': '2026-12-03T22:00:00Z'}]
+                                                  'requests': {'7g.80gb': 2}, 'created': '2026-12-03T22:00:00Z'}]
     assert pending.still_waiting([], pods) == [] and pending.still_waiting(told, []) == []
