@@ -268,7 +268,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources im
 
 
 def gpu_facts(gpu, held=None):
-    """``held``: this GPU's entry of _pod_resources.allocations_of (pods on the whole GPU and per instance)."""
+    """``held``: this GPU's entry of _pod_allocations.allocations_of (pods on the whole GPU and per instance)."""
     facts = dict(gpu)
     facts.pop('unsupported_profiles', None)
     held = held or {}

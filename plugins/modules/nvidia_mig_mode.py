@@ -147,7 +147,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
 
 
 def pods_holding(held):
-    """Every pod that holds the GPU or one of its instances, from its entry of _pod_resources.allocations_of."""
+    """Every pod that holds the GPU or one of its instances, from its entry of _pod_allocations.allocations_of."""
     pods = set(held.get('gpu', []))
     for names in held.get('instances', {}).values():
         pods.update(names)

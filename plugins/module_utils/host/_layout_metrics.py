@@ -98,7 +98,7 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, held=None, stranded
 
     ``in_layout_by_uuid``: {GPU uuid: whether it holds the declared layout, None when no entry
     matches it} (from _layout_converge). ``held``: {GPU uuid: {'instances': {GPU instance id: [pods]}}}
-    (_pod_resources.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
+    (_pod_allocations.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
     Free-space figures need the profiles, which NVML describes only while MIG is enabled.
     """
     held = held or {}
