@@ -7,20 +7,23 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 COLLECTIONS := $(CURDIR)/build/collections
 COLLECTION_LINK := $(COLLECTIONS)/ansible_collections/gpufleet/mig
-ANSIBLE_ENV := ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) ANSIBLE_ROLES_PATH=$(CURDIR)/roles \
-	ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg PATH=$(CURDIR)/$(VENV)/bin:$$PATH
+# A command prefix, as env(1) is: the Ansible settings of this checkout (the collection through $(COLLECTIONS),
+# roles/, ansible.cfg, the virtualenv first on PATH), defined once in tests/support/playbook.py for the tests too.
+ANSIBLE_ENV := $(PY) $(CURDIR)/tests/support/ansible_env.py
 PYTEST_ENV := PYTHONPATH=$(COLLECTIONS)
+# Every suite's pytest: $(PYTEST) ARGS... with .venv's Python, $(call PYTEST,PYTHON) ARGS... with another one
+# (the collection importable as ansible_collections.gpufleet.mig, no cache folder in the checkout).
+PYTEST = $(PYTEST_ENV) $(or $(1),$(PY)) -m pytest -q -p no:cacheprovider
 
 .PHONY: help bootstrap test check lint sanity units integration benchmark
 .DEFAULT_GOAL := help
 
-help:
-	@echo "make demo   - run playbooks/site.yml on the built-in simulated fleet (no GPU needed)"
-	@echo "make test   - every suite (see SUITES), the cluster's Go build in the background, each suite's time printed"
-	@echo "make check  - the everyday loop: lint, ansible-test sanity, unit tests"
-	@echo "make benchmark - print planner, rollout, fragmentation and demand figures"
+# Every target a developer runs has a "## what it does" on its rule line; make help lists them (tests/support/test_make.py
+# fails when a .PHONY target or a suite of SUITES has none). Start with make demo; make check is the everyday loop.
+help: ## this list (each file's header in mk/ says more)
+	@awk -F ':[^#]*## ' '/^[a-zA-Z0-9_-]+:[^=]*## / {printf "make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-bootstrap: $(VENV)/.bootstrapped $(COLLECTION_LINK)
+bootstrap: $(VENV)/.bootstrapped $(COLLECTION_LINK) ## the virtualenv .venv (requirements/test.txt) and the collection link
 
 $(VENV)/.bootstrapped: requirements/test.txt requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -52,29 +55,29 @@ test-copy: bootstrap
 	cd $(TEST_COLLECTION) && git init -q && git add -A
 	mkdir -p $(dir $(GET_PIP_CACHE)) && test -s $(GET_PIP_CACHE) || cp tests/sanity/get_pip_offline.py $(GET_PIP_CACHE)
 
-lint: bootstrap
+lint: bootstrap ## ansible-lint, production profile
 	$(ANSIBLE_ENV) $(BIN)/ansible-lint --profile production
 
-sanity: test-copy
+sanity: test-copy ## ansible-test sanity
 	$(ANSIBLE_TEST) sanity --python 3.11 --requirements --color no
 
-units: test-copy
+units: test-copy ## ansible-test units (tests/unit)
 	$(ANSIBLE_TEST) units --python 3.11 --requirements --color no --num-workers 2
 
-integration: test-copy
+integration: test-copy ## ansible-test integration (tests/integration, simulated GPUs)
 	$(ANSIBLE_TEST) integration --python 3.11 --requirements --color no --local
 
 # In this order; tests/run_suites.sh builds the cluster's Go binaries meanwhile and prints the times.
 SUITES := lint sanity units floor-test integration support-test molecule awx-test browser-test prometheus-test fleet-test eda-test cluster-test
 
-test: bootstrap
+test: bootstrap ## every suite of SUITES in order, the cluster's Go build in the background, each suite's time
 	tests/run_suites.sh $(SUITES)
 
-check: bootstrap
+check: bootstrap ## the everyday loop: lint, sanity, units
 	tests/run_suites.sh lint sanity units
 
-benchmark: bootstrap
-	$(PYTEST_ENV) $(ANSIBLE_ENV) $(PY) benchmarks/planner.py
-	$(PYTEST_ENV) $(ANSIBLE_ENV) $(PY) benchmarks/fragmentation.py
-	$(PYTEST_ENV) $(ANSIBLE_ENV) $(PY) benchmarks/demand.py
+benchmark: bootstrap ## print the planner, fragmentation, demand and rollout figures
+	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/planner.py
+	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/fragmentation.py
+	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/demand.py
 	$(ANSIBLE_ENV) $(PY) benchmarks/rollout.py

@@ -58,15 +58,14 @@ from __future__ import absolute_import, division, print_function
 import argparse
 import heapq
 import itertools
-import os
 import random
 import re
 import sys
 import time
 
-SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'simulator')
-if SIMULATOR_DIR not in sys.path:
-    sys.path.insert(0, SIMULATOR_DIR)
+from ansible_collections.gpufleet.mig.tests.support.simulator import simulator_on_path
+
+simulator_on_path()
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (  # noqa: E402
     Catalog,

@@ -24,10 +24,10 @@ import tempfile
 import time
 
 # The NVML simulator is a package of its own in the repository's simulator/ folder.
-SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'simulator')
-sys.path.insert(0, SIMULATOR_DIR)
+from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_ENV, simulated_environment, simulator_on_path
 
-import gpufleet_nvml_sim  # noqa: E402
+gpufleet_nvml_sim = simulator_on_path()
+
 from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS, model_gpu  # noqa: E402
@@ -121,7 +121,7 @@ def bench_noop_module(gpus):
         with open(state_path, 'w') as handle:
             json.dump({'gpus': [{'model': 'A100-SXM4-80GB', 'mig': {'current': 'enabled', 'pending': 'enabled'},
                                  'gpu_instances': layout} for dummy in range(gpus)]}, handle)
-        os.environ[_nvml_backend.SIMULATOR_ENV] = state_path
+        os.environ[SIMULATOR_ENV] = state_path
         counted = {}
         original = _nvml_backend.pynvml._nvmlGetFunctionPointer
 
@@ -153,7 +153,7 @@ def bench_noop_module(gpus):
               '%d mutating' % (gpus, 1000 * statistics.median(runs), sum(counted.values()), mutating))
         bench_noop_ansible(state_path, gpus)
     finally:
-        os.environ.pop(_nvml_backend.SIMULATOR_ENV, None)
+        os.environ.pop(SIMULATOR_ENV, None)
         shutil.rmtree(directory)
 
 
@@ -165,8 +165,8 @@ def bench_noop_ansible(state_path, gpus):
         return
     command = [ansible, 'localhost', '-c', 'local', '-e', 'ansible_python_interpreter=%s' % sys.executable,
                '-m', 'gpufleet.mig.nvidia_mig_instance', '-a', '{"gpus": ["all"], "instances": {"1g.10gb": 7}}']
-    environment = dict(os.environ, GPUFLEET_MIG_SIMULATOR=state_path, PYTHONPATH=SIMULATOR_DIR, ANSIBLE_LOCALHOST_WARNING='false',
-                       ANSIBLE_INVENTORY_UNPARSED_WARNING='false')
+    environment = dict(os.environ, ANSIBLE_LOCALHOST_WARNING='false', ANSIBLE_INVENTORY_UNPARSED_WARNING='false',
+                       **simulated_environment(state_path))
     runs = []
     for dummy in range(3):
         started = time.perf_counter()

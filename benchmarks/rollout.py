@@ -30,6 +30,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPOSITORY)
 
 from tests.support.playbook import BIN, ansible_environment  # noqa: E402  (the environment the tests run Ansible in)
+from tests.support.simulator import simulated_environment  # noqa: E402
 MODELS = ['A100-SXM4-80GB', 'H100-SXM5-80GB', 'A30', 'H200']
 
 _WRAPPER = """#!/bin/sh
@@ -63,8 +64,7 @@ def write_fleet(directory, hosts):
         'mig_layout_install_dependencies': False,
         'mig_layout_manage_systemd': False,
         'mig_layout_python': sys.executable,
-        'mig_layout_environment': {'GPUFLEET_MIG_SIMULATOR': '{{ gpufleet_sim_state_file }}',
-                                   'PYTHONPATH': os.path.join(REPOSITORY, 'simulator')},
+        'mig_layout_environment': simulated_environment('{{ gpufleet_sim_state_file }}'),
         'mig_layout_systemd_dir': '{{ gpufleet_sim_host_dir }}/etc/systemd/system',
         'mig_layout_config_dir': '{{ gpufleet_sim_host_dir }}/etc/gpufleet-mig',
         'mig_layout_lib_dir': '{{ gpufleet_sim_host_dir }}/usr/local/lib/gpufleet-mig',

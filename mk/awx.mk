@@ -16,17 +16,17 @@ AWX_CONFIGURE_ARGS ?=
 
 .PHONY: awx-test awx-configure ee-context ee-build
 
-awx-test: bootstrap
-	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider $(AWX_TEST_ARGS) tests/awx
+awx-test: bootstrap ## tests/awx: schedules, ansible-runner as AWX runs it, the EE context, a fake AWX API
+	$(ANSIBLE_ENV) $(PYTEST) $(AWX_TEST_ARGS) tests/awx
 
-awx-configure: bootstrap
+awx-configure: bootstrap ## playbooks/awx_configure.yml on $CONTROLLER_HOST
 	$(ANSIBLE_ENV) $(BIN)/ansible-playbook playbooks/awx_configure.yml $(AWX_CONFIGURE_ARGS)
 
-ee-context: bootstrap
+ee-context: bootstrap ## the execution environment's build context under build/ee/ (offline)
 	rm -rf $(EE_DIR) && mkdir -p $(EE_DIR)
 	$(BIN)/ansible-galaxy collection build --output-path $(EE_DIR) .
 	$(BIN)/ansible-builder create -f execution-environment.yml -c $(EE_DIR)/context --output-filename Containerfile
 
-ee-build: ee-context
+ee-build: ee-context ## the execution environment image (needs the network)
 	$(BIN)/ansible-builder build -f execution-environment.yml -c $(EE_DIR)/context --output-filename Containerfile \
 		--container-runtime $(EE_RUNTIME) -t $(EE_IMAGE)

@@ -3,5 +3,5 @@
 #   make browser-test
 .PHONY: browser-test
 
-browser-test: bootstrap
-	$(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider tests/browser
+browser-test: bootstrap ## tests/browser: the fleet MIG map in a real headless Chromium
+	$(PYTEST) tests/browser

@@ -15,6 +15,6 @@ $(CHANGELOG_VENV)/.installed:
 	$(CHANGELOG_VENV)/bin/pip install --quiet antsibull-changelog==$(ANTSIBULL_CHANGELOG_VERSION)
 	touch $@
 
-changelog: bootstrap $(CHANGELOG_VENV)/.installed
+changelog: bootstrap $(CHANGELOG_VENV)/.installed ## CHANGELOG.rst from changelogs/fragments/ (run after adding a fragment)
 	$(CHANGELOG_VENV)/bin/antsibull-changelog release --version $(GALAXY_VERSION) --update-existing --refresh-fragments without-archives \
 		--ansible-doc-bin $(BIN)/ansible-doc

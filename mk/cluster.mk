@@ -13,18 +13,18 @@ CLUSTER_ENV := $(ANSIBLE_ENV) GPUFLEET_CLUSTER_PYTHON=$(CURDIR)/$(PY)
 
 .PHONY: cluster-build cluster-units cluster-test cluster-up cluster-down
 
-cluster-build: bootstrap
+cluster-build: bootstrap ## the cluster tests' Kubernetes binaries, built from Go once and cached
 	nice -n 10 tests/cluster/build.sh
 
-cluster-units: bootstrap
-	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) -m pytest -q tests/unit/roles/test_cluster_manifests.py tests/cluster/test_helper.py
+cluster-units: bootstrap ## the cluster roles' manifests rendered offline and the cluster helpers' tests
+	$(ANSIBLE_ENV) $(PYTEST) tests/unit/roles/test_cluster_manifests.py tests/cluster/test_helper.py
 
-cluster-test: bootstrap cluster-build
-	$(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider tests/cluster/test_helper.py
+cluster-test: bootstrap cluster-build ## Molecule scenario cluster: a real control plane and node (root)
+	$(PYTEST) tests/cluster/test_helper.py
 	$(CLUSTER_ENV) $(BIN)/molecule test -s cluster
 
-cluster-up: bootstrap cluster-build
+cluster-up: bootstrap cluster-build ## a cluster to poke at (then: source .state/cluster/env)
 	$(CLUSTER_ENV) tests/cluster/cluster.sh start
 
-cluster-down:
+cluster-down: ## stop what make cluster-up started
 	tests/cluster/cluster.sh stop

@@ -6,8 +6,9 @@ DEMO_INVENTORY ?= inventories/simulated
 DEMO_VENV := .venv-demo
 DEMO_BIN := $(DEMO_VENV)/bin
 DEMO_COLLECTIONS := $(CURDIR)/build/demo-collections
-DEMO_ENV := ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS):$(DEMO_COLLECTIONS) ANSIBLE_ROLES_PATH=$(CURDIR)/roles \
-	ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg ANSIBLE_DISPLAY_SKIPPED_HOSTS=false PATH=$(CURDIR)/$(DEMO_BIN):$$PATH
+# ANSIBLE_ENV's settings with .venv-demo first on PATH, and kubernetes.core from build/demo-collections.
+DEMO_ENV := $(DEMO_BIN)/python $(CURDIR)/tests/support/ansible_env.py ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS):$(DEMO_COLLECTIONS) \
+	ANSIBLE_DISPLAY_SKIPPED_HOSTS=false
 DEMO_PLAYBOOK := $(DEMO_ENV) $(DEMO_BIN)/ansible-playbook -i $(DEMO_INVENTORY)
 # Demo rollout: half of the fleet per batch (production default: one host at a time).
 DEMO_SERIAL ?= 50%
@@ -15,7 +16,7 @@ DEMO_SERIAL ?= 50%
 .PHONY: demo demo-bootstrap demo-clean molecule
 
 # The timer starts before the set-up, so the time printed at the end is the whole demo.
-demo:
+demo: ## the playbooks on the built-in simulated fleet, no GPU needed (start here)
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory demo-bootstrap; \
 	ready=$$(date +%s); \
@@ -61,8 +62,8 @@ $(DEMO_COLLECTIONS)/ansible_collections/kubernetes/core/MANIFEST.json: requireme
 	rm -rf build/demo-wheels
 	test -s $@
 
-demo-clean:
+demo-clean: ## forget the simulated fleet's state (.state/)
 	rm -rf .state
 
-molecule: bootstrap
+molecule: bootstrap ## Molecule scenario default (localhost and the simulator)
 	$(ANSIBLE_ENV) $(BIN)/molecule test -s default

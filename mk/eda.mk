@@ -17,5 +17,5 @@ $(EDA_VENV)/.installed: requirements/eda.txt
 	touch $@
 
 # The rulebook's real playbook runs with .venv's ansible-playbook (kubernetes.core, which the rollout names).
-eda-test: $(EDA_VENV)/.installed bootstrap
-	GPUFLEET_EDA_ANSIBLE_BIN=$(CURDIR)/$(BIN) $(PYTEST_ENV) $(EDA_PY) -m pytest -q -p no:cacheprovider -s tests/eda
+eda-test: $(EDA_VENV)/.installed bootstrap ## tests/eda: the rulebook under the real ansible-rulebook
+	GPUFLEET_EDA_ANSIBLE_BIN=$(CURDIR)/$(BIN) $(call PYTEST,$(EDA_PY)) -s tests/eda

@@ -7,8 +7,8 @@ FLEET_ENV := $(ANSIBLE_ENV)
 
 .PHONY: fleet-test fleet-down
 
-fleet-test: bootstrap
+fleet-test: bootstrap ## Molecule scenario fleet: rolling switches over real SSH (root)
 	$(FLEET_ENV) $(BIN)/molecule test -s fleet
 
-fleet-down: bootstrap
+fleet-down: bootstrap ## take down what an interrupted fleet-test left
 	$(FLEET_ENV) $(BIN)/molecule destroy -s fleet

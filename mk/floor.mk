@@ -14,5 +14,5 @@ $(FLOOR_VENV)/.installed: requirements/floor.txt
 	$(FLOOR_PY) -m pip install --quiet -r requirements/floor.txt
 	touch $@
 
-floor-test: $(FLOOR_VENV)/.installed $(COLLECTION_LINK)
-	$(PYTEST_ENV) $(FLOOR_PY) -m pytest -q -p no:cacheprovider $(FLOOR_TEST_ARGS) tests/unit/plugins tests/floor
+floor-test: $(FLOOR_VENV)/.installed $(COLLECTION_LINK) ## the module tests under the lowest ansible-core requires_ansible declares
+	$(call PYTEST,$(FLOOR_PY)) $(FLOOR_TEST_ARGS) tests/unit/plugins tests/floor

@@ -5,5 +5,5 @@
 #   make hw-check
 .PHONY: hw-check
 
-hw-check: bootstrap
+hw-check: bootstrap ## read-only check of this machine's real GPUs against the simulator's tables
 	env -u GPUFLEET_MIG_SIMULATOR $(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) tests/hw/hw_check.py --out $(CURDIR)/build/hw-check

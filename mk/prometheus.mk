@@ -5,5 +5,5 @@
 #   make prometheus-test
 .PHONY: prometheus-test
 
-prometheus-test: bootstrap
-	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider tests/prometheus
+prometheus-test: bootstrap ## tests/prometheus: the shipped rules under promtool and a real scrape
+	$(ANSIBLE_ENV) $(PYTEST) tests/prometheus

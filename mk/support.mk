@@ -5,5 +5,5 @@
 #   make support-test
 .PHONY: support-test
 
-support-test: bootstrap
-	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider tests/support
+support-test: bootstrap ## tests/support: the tests' shared helpers, the expected layouts, make help
+	$(ANSIBLE_ENV) $(PYTEST) tests/support

@@ -22,6 +22,7 @@ import tarfile
 import pytest
 import yaml
 
+from ..support.simulator import SIMULATOR_DIR, SIMULATOR_ENV
 from .conftest import REPO, load_yaml, run
 
 pytest.importorskip('ansible_builder')
@@ -123,12 +124,12 @@ print(json.dumps({'imported': 'gpufleet_nvml_sim' in sys.modules, 'error': error
 def test_the_installed_backend_imports_the_simulator_only_when_asked(built, tmp_path, state_file):
     """The simulator is importable here (simulator/ on the path); without GPUFLEET_MIG_SIMULATOR it is never imported."""
     installed = built[2]
-    env = dict((key, value) for key, value in os.environ.items() if key != 'GPUFLEET_MIG_SIMULATOR')
-    env['PYTHONPATH'] = os.pathsep.join([str(installed), os.path.join(REPO, 'simulator')])
+    env = dict((key, value) for key, value in os.environ.items() if key != SIMULATOR_ENV)
+    env['PYTHONPATH'] = os.pathsep.join([str(installed), SIMULATOR_DIR])
     if state_file:
         state = tmp_path / 'gpus.json'
         state.write_text(json.dumps({'driver_version': '580.95.05', 'gpus': [{'model': 'A30'}]}))
-        env['GPUFLEET_MIG_SIMULATOR'] = str(state)
+        env[SIMULATOR_ENV] = str(state)
     done = subprocess.run([sys.executable, '-c', PROBE], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout

@@ -4,9 +4,8 @@
 
 from __future__ import absolute_import, division, print_function
 
-import os
-import sys
+__metaclass__ = type
 
-SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'simulator')
-if SIMULATOR_DIR not in sys.path:
-    sys.path.insert(0, SIMULATOR_DIR)
+from ansible_collections.gpufleet.mig.tests.support.simulator import simulator_on_path
+
+simulator_on_path()

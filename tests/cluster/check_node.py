@@ -296,7 +296,7 @@ def scenario(cluster, host_file):
     write_host(host_file, [('1g.10gb', start) for start in range(7)])
     nvml = device_plugin.enumerate_resources(host_file)
     check('the simulated NVML reports seven 1g.10gb MIG devices', len(nvml.get(MIG_1G, [])) == 7, nvml)
-    timed('device plugin start', cluster.script, 'node.sh', 'plugin-start', env={'GPUFLEET_MIG_SIMULATOR': host_file})
+    timed('device plugin start', cluster.script, 'node.sh', 'plugin-start', env={device_plugin.SIMULATOR_ENV: host_file})
     allocatable = timed('mig-1g.10gb in the node allocatable', wait_until, 'mig-1g.10gb: 7 on the node',
                         lambda: cluster.allocatable().get(MIG_1G) == '7' and cluster.allocatable())
     check('node allocatable nvidia.com/mig-1g.10gb: 7', allocatable.get(MIG_1G) == '7', allocatable)

@@ -45,7 +45,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import argparse
-import importlib
 import importlib.util
 import json
 import os
@@ -64,7 +63,11 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 API_VERSION = 'v1beta1'
 DEPLOY_LABEL = 'nvidia.com/gpu.deploy.device-plugin'
 VISIBLE_DEVICES_ENV = 'NVIDIA_VISIBLE_DEVICES'
-SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
+
+# The simulator's folder and variable, as every test names them (run as a script: the repository on the path first).
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from tests.support.simulator import SIMULATOR_ENV, simulator_on_path  # noqa: E402
 
 
 MODULE_UTILS = 'ansible_collections.gpufleet.mig.plugins.module_utils'
@@ -120,10 +123,7 @@ def enumerate_devices(state_path=None):
 
     state_path = state_path or os.environ.get(SIMULATOR_ENV)
     if state_path:
-        simulator_dir = os.path.join(REPO, 'simulator')
-        if simulator_dir not in sys.path:
-            sys.path.insert(0, simulator_dir)
-        importlib.import_module('gpufleet_nvml_sim').install(pynvml, state_path)
+        simulator_on_path().install(pynvml, state_path)
     pynvml.nvmlInit()
     try:
         resources = {}

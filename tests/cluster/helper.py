@@ -322,9 +322,11 @@ A100_80GB = "A100-SXM4-80GB"
 
 def simulator():
     """The repository's NVML simulator package (a test double: simulator/ beside tests/)."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "simulator")
-    if path not in sys.path:
-        sys.path.insert(0, path)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    from tests.support.simulator import simulator_on_path
+    simulator_on_path()
     import gpufleet_nvml_sim.host_events
     import gpufleet_nvml_sim.models
     import gpufleet_nvml_sim.rules

@@ -1,10 +1,12 @@
 # shellcheck shell=bash
-# Shared helpers for tests/cluster/*.sh (sourced, not executed).
-
-log() { printf '[cluster] %s\n' "$*" >&2; }
-die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
+# Shared helpers for tests/cluster/*.sh (sourced, not executed); log, die and apt_install come from
+# tests/support/lib.sh, the test scripts' shell library.
 
 _cluster_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck disable=SC2034  # the prefix of tests/support/lib.sh's lines
+log_tag=cluster
+# shellcheck source=../support/lib.sh
+. "$_cluster_lib_dir/../support/lib.sh"
 
 # shellcheck disable=SC2034  # used by the scripts that source this file
 # The versions come from the wrapper modules only, so go.mod is the single

@@ -115,21 +115,7 @@ ensure_packages() {
     # gcc -static needs libc.a; -print-file-name answers the bare name when it has none.
     command -v gcc >/dev/null && [[ "$(gcc -print-file-name=libc.a)" == /* ]] || missing+=(gcc libc6-dev)
     ((${#missing[@]})) || return 0
-    command -v apt-get >/dev/null || die "missing ${missing[*]} and there is no apt-get: install them"
-    log "installing ${missing[*]}"
-    (
-        # No service may start while the packages install (the machine's own containerd would
-        # listen on /run/containerd): a policy-rc.d says so, removed again if we put it there.
-        guard=/usr/sbin/policy-rc.d
-        if [[ ! -e "$guard" ]]; then
-            printf '#!/bin/sh\n# gpufleet.mig tests/cluster/node.sh: no service starts during its package install\nexit 101\n' >"$guard"
-            chmod 0755 "$guard"
-            trap 'rm -f "$guard"' EXIT
-        fi
-        export DEBIAN_FRONTEND=noninteractive
-        apt=(apt-get install -y -q --no-install-recommends "${missing[@]}")
-        "${apt[@]}" || { apt-get update -q && "${apt[@]}"; }
-    ) >&2 || die "could not install ${missing[*]}"
+    apt_install "${missing[@]}"
     if [[ ! -x /bin/busybox ]] || ldd /bin/busybox >/dev/null 2>&1; then
         die "/bin/busybox is not the static busybox (busybox-static)"
     fi

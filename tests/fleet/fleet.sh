@@ -47,8 +47,10 @@ net=10.231.77
 bridge_addr=$net.1
 sshd_bin=/usr/sbin/sshd
 
-log() { printf '[fleet] %s\n' "$*" >&2; }
-die() { printf '[fleet] ERROR: %s\n' "$*" >&2; exit 1; }
+# shellcheck disable=SC2034  # the prefix of tests/support/lib.sh's lines
+log_tag=fleet
+# shellcheck source=../support/lib.sh
+. "$repo/tests/support/lib.sh"
 
 # --- ownership ---------------------------------------------------------------
 
@@ -141,21 +143,7 @@ close_masters() { # ADDRESS: the controller's ControlPersist master connections 
 
 ensure_openssh_server() {
     if [[ ! -x "$sshd_bin" ]]; then
-        command -v apt-get >/dev/null || die "$sshd_bin is missing and there is no apt-get: install OpenSSH's server"
-        log "installing openssh-server"
-        (
-            # No service may start while the package installs (it would listen on port 22 of
-            # the machine): a policy-rc.d says so, and is removed again if we put it there.
-            guard=/usr/sbin/policy-rc.d
-            if [[ ! -e "$guard" ]]; then
-                printf '#!/bin/sh\n# gpufleet.mig tests/fleet/fleet.sh: no service starts during its package install\nexit 101\n' >"$guard"
-                chmod 0755 "$guard"
-                trap 'rm -f "$guard"' EXIT
-            fi
-            export DEBIAN_FRONTEND=noninteractive
-            apt=(apt-get install -y -q --no-install-recommends openssh-server)
-            "${apt[@]}" || { apt-get update -q && "${apt[@]}"; }
-        ) || die "could not install openssh-server"
+        apt_install openssh-server
         [[ -x "$sshd_bin" ]] || die "openssh-server installed but $sshd_bin is missing"
     fi
     # sshd's privilege separation folder (the package's tmpfiles.d entry, without systemd).

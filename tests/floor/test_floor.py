@@ -20,8 +20,9 @@ import sys
 
 import ansible
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(REPO, 'build', 'collections')
+from ansible_collections.gpufleet.mig.tests.support.playbook import REPO, ansible_environment
+from ansible_collections.gpufleet.mig.tests.support.simulator import simulated_environment
+
 NIGHT = {'nighttime': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'3g.40gb': 2}}]}
 
 
@@ -38,13 +39,11 @@ def test_this_ansible_core_is_the_declared_floor():
 
 def run_module(tmp_path, state, module, args):
     """One module run on localhost through this venv's ``ansible``; returns the host's result."""
-    env = dict((k, v) for k, v in os.environ.items() if not k.lower().endswith('_proxy'))
-    env.update(ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'),
-               # ansible-core 2.17 has no builtin json callback (ansible.posix's): minimal prints 'host | STATUS => {json}'.
-               ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_STDOUT_CALLBACK='ansible.builtin.minimal', ANSIBLE_NOCOLOR='1',
-               ANSIBLE_CALLBACK_RESULT_FORMAT='json',
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / 'local-tmp'), ANSIBLE_REMOTE_TMP=str(tmp_path / 'remote-tmp'),
-               GPUFLEET_MIG_SIMULATOR=str(state), PYTHONPATH=os.path.join(REPO, 'simulator'))
+    env = ansible_environment(
+        # ansible-core 2.17 has no builtin json callback (ansible.posix's): minimal prints 'host | STATUS => {json}'.
+        ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_STDOUT_CALLBACK='ansible.builtin.minimal', ANSIBLE_CALLBACK_RESULT_FORMAT='json',
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / 'local-tmp'), ANSIBLE_REMOTE_TMP=str(tmp_path / 'remote-tmp'),
+        **simulated_environment(state))
     done = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), 'ansible'), 'localhost', '-i', 'localhost,', '-c', 'local',
          '-e', 'ansible_python_interpreter=%s' % sys.executable, '-m', module, '-a', json.dumps(args)],

@@ -39,11 +39,12 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-for _path in (os.path.join(REPO, 'build', 'collections'), os.path.join(REPO, 'simulator'), REPO):
+for _path in (os.path.join(REPO, 'build', 'collections'), REPO):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
+from tests.support.simulator import SIMULATOR_ENV, simulated_environment  # noqa: E402  (after the path)
+
 MAX_PROFILE_ID = 96         # as the NVML backend asks with MIG off (_nvml_backend._PROFILE_IDS_WITHOUT_MIG)
 MAX_ITEMS = 32
 CATALOG = os.path.join(REPO, 'roles', 'mig_layout', 'files', 'catalog.yml')
@@ -323,14 +324,14 @@ def module_playbook(nvml, host_dir):
 
 
 def run_modules(nvml, out, simulated):
-    from tests.support.playbook import COLLECTIONS, run_playbook
+    from tests.support.playbook import ansible_settings, run_playbook
     import yaml
     path = os.path.join(out, 'modules.yml')
     with open(path, 'w') as handle:
         yaml.safe_dump(module_playbook(nvml, os.path.join(out, 'host')), handle, default_flow_style=False, sort_keys=False)
-    envvars = {'ANSIBLE_COLLECTIONS_PATH': COLLECTIONS, 'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg')}
+    envvars = ansible_settings()
     if simulated:
-        envvars.update({SIMULATOR_ENV: os.environ[SIMULATOR_ENV], 'PYTHONPATH': os.path.join(REPO, 'simulator')})
+        envvars.update(simulated_environment(os.environ[SIMULATOR_ENV]))
     run = run_playbook(path, inventory='localhost,', envvars=envvars, project_dir=REPO, timeout=240)
     results = {}
     rows = []

@@ -29,7 +29,7 @@ import yaml
 from ansible_collections.gpufleet.mig.plugins.module_utils import _boot_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE, accumulate_stranded
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout
-from ansible_collections.gpufleet.mig.tests.unit.conftest import SIMULATOR_ENV
+from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_ENV
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 CATALOG = os.path.join(REPO, 'roles', 'mig_layout', 'files', 'catalog.yml')

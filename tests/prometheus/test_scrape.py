@@ -32,7 +32,7 @@ import yaml
 from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE
 from ansible_collections.gpufleet.mig.tests.prometheus.fleet import REPO, RULES, parse_exposition, shipped_rules
 from ansible_collections.gpufleet.mig.tests.support.playbook import ansible_environment, run_playbook
-from ansible_collections.gpufleet.mig.tests.unit.conftest import SIMULATOR_DIR, SIMULATOR_ENV
+from ansible_collections.gpufleet.mig.tests.support.simulator import simulated_environment
 import gpufleet_nvml_sim as simulator
 
 from urllib.parse import urlencode
@@ -185,7 +185,7 @@ def run_role(host, layout):
         'mig_layout_name': layout,
         'mig_layout_install_dependencies': False,
         'mig_layout_manage_systemd': False,
-        'mig_layout_environment': {SIMULATOR_ENV: host['state'], 'PYTHONPATH': SIMULATOR_DIR},
+        'mig_layout_environment': simulated_environment(host['state']),
         'mig_layout_systemd_dir': host['systemd'],
         'mig_layout_config_dir': host['config'],
         'mig_layout_lib_dir': host['lib'],

@@ -7,11 +7,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
-import sys
+from .simulator import simulator_on_path
 
-from .playbook import REPO
-
-SIMULATOR = os.path.join(REPO, 'simulator')
-if SIMULATOR not in sys.path:
-    sys.path.insert(0, SIMULATOR)
+simulator_on_path()

@@ -204,17 +204,23 @@ def summarize(events, rc, status, wall, stdout=''):
     return PlaybookRun(rc, status, seconds, round(wall, 1), stats, results, events, stdout)
 
 
+def ansible_settings(bin_dir=BIN):
+    """The settings of an Ansible run from this checkout, the one definition (the Makefile's ANSIBLE_ENV applies them
+    through tests/support/ansible_env.py): the collection through build/collections (where the Makefile links this
+    checkout as gpufleet.mig), the roles, ansible.cfg, and ``bin_dir`` (ansible-playbook, molecule, ...) first on PATH."""
+    return {
+        'ANSIBLE_COLLECTIONS_PATH': COLLECTIONS,
+        'ANSIBLE_ROLES_PATH': os.path.join(REPO, 'roles'),
+        'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
+        'PATH': bin_dir + os.pathsep + os.environ.get('PATH', ''),
+    }
+
+
 def ansible_environment(**extra):
-    """Environment of an Ansible run from this checkout, as the Makefile's ANSIBLE_ENV sets it (no proxies)."""
+    """Environment of an Ansible run the tests start: this process's, with ansible_settings(), no colour, no proxies
+    (the tests' servers are on loopback) and no PYTHONPATH; then ``extra``."""
     env = dict((k, v) for k, v in os.environ.items() if not k.lower().endswith('_proxy'))
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
-        ANSIBLE_ROLES_PATH=os.path.join(REPO, 'roles'),
-        ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'),
-        ANSIBLE_NOCOLOR='1',
-        ANSIBLE_FORCE_COLOR='0',
-        PATH=BIN + os.pathsep + os.environ.get('PATH', ''),
-    )
+    env.update(ansible_settings(), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
     env.pop('PYTHONPATH', None)
     env.update(extra)
     return env

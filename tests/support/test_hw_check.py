@@ -24,9 +24,9 @@ from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from tests.hw import hw_check
 
 from .playbook import REPO, ansible_environment
+from .simulator import simulator_on_path
 
-sys.path.insert(0, os.path.join(REPO, 'simulator'))
-import gpufleet_nvml_sim as simulator  # noqa: E402
+simulator = simulator_on_path()
 
 SCRIPT = os.path.join(REPO, 'tests', 'hw', 'hw_check.py')
 ENABLED = {'current': 'enabled', 'pending': 'enabled'}

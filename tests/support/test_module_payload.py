@@ -26,6 +26,7 @@ import zipfile
 from ansible_collections.gpufleet.mig.plugins.module_utils._host_files import BOOT_CODE, PACKAGE
 
 from .playbook import REPO, ansible_environment
+from .simulator import simulated_environment
 
 MODULE = 'gpufleet.mig.nvidia_mig_layout'
 ZIP_DATA = re.compile(r"^zip_data='([A-Za-z0-9+/=]+)',$", re.MULTILINE)
@@ -50,7 +51,7 @@ def run_module_keeping_its_payload(tmp_path):
     env = ansible_environment(
         ANSIBLE_KEEP_REMOTE_FILES='1', ANSIBLE_PIPELINING='0', ANSIBLE_REMOTE_TMP=str(remote_tmp),
         ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
-        GPUFLEET_MIG_SIMULATOR=str(state), PYTHONPATH=os.path.join(REPO, 'simulator'))
+        **simulated_environment(state))
     done = subprocess.run(
         ['ansible', 'localhost', '-i', 'localhost,', '-c', 'local', '-e', 'ansible_python_interpreter=%s' % sys.executable,
          '-m', MODULE, '-a', json.dumps(args)],

@@ -7,12 +7,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import os
-import sys
 
 import pytest
 
 from ansible.module_utils import basic
+
+from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_ENV, simulator_on_path
 
 try:
     from ansible.module_utils.testing import patch_module_args
@@ -25,12 +25,8 @@ except ImportError:  # ansible-core before 2.19 (make floor-test): the module re
         with mock.patch.object(basic, '_ANSIBLE_ARGS', json.dumps({'ANSIBLE_MODULE_ARGS': args}).encode('utf-8')):
             yield
 
-SIMULATOR_ENV = 'GPUFLEET_MIG_SIMULATOR'
-# The NVML simulator is a package of its own outside the collection's plugins (never shipped to
-# a GPU host); the tests put it on the path as the simulated inventories do with PYTHONPATH.
-SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'simulator')
-if SIMULATOR_DIR not in sys.path:
-    sys.path.insert(0, SIMULATOR_DIR)
+# The NVML simulator (simulator/, outside the collection's plugins) importable by every unit test.
+simulator_on_path()
 
 
 class ModuleExit(SystemExit):

@@ -18,7 +18,8 @@ from ansible.module_utils import basic
 
 from ansible_collections.gpufleet.mig.plugins.module_utils import _boot_apply, _host_files
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout
-from ansible_collections.gpufleet.mig.tests.unit.conftest import SIMULATOR_DIR, mutating_calls
+from ansible_collections.gpufleet.mig.tests.support.simulator import simulated_environment
+from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.conftest import mig_uuids, pods_on
 import gpufleet_nvml_sim as simulator
 
@@ -306,7 +307,7 @@ def test_boot_unit_command_restores_the_layout_after_a_reboot(simulated_host, ru
     # The unit's command, run as systemd would: no Ansible importable, only the installed code and the simulator.
     script = os.path.join(host_paths['bin_dir'], 'gpufleet-mig-apply')
     poison = "import sys; sys.modules['ansible'] = None; sys.argv = sys.argv[1:]; exec(open(sys.argv[0]).read())"
-    env = dict(os.environ, PYTHONPATH=SIMULATOR_DIR, GPUFLEET_MIG_SIMULATOR=host.path)
+    env = dict(os.environ, **simulated_environment(host.path))
     layout = os.path.join(host_paths['config_dir'], 'layout.json')
     boot = subprocess.run([sys.executable, '-c', poison, script, 'apply', '--layout', layout, '--metrics-dir', host_paths['metrics_dir']],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)

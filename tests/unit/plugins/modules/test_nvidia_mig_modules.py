@@ -26,6 +26,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import App
 from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import ModuleFailure, run_module
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode, nvidia_mig_repack
+from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_ENV
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.conftest import mig_uuids, pods_on
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS
@@ -376,7 +377,7 @@ def test_fault_at_every_mutating_call_then_rerun_converges(simulated_host, run_m
 
 def _locked_run(path, queue):
     # a separate process holds the host lock for a while, as a concurrent run would
-    os.environ['GPUFLEET_MIG_SIMULATOR'] = path
+    os.environ[SIMULATOR_ENV] = path
     from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock
     import time
     with HostLock(path + '.host.lock', 10):
