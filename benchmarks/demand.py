@@ -68,15 +68,15 @@ simulator_on_path()
 
 import yaml  # noqa: E402
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import plan_demand  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import GpuHolders  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (  # noqa: E402
     concrete_instances,
     match_gpus,
     validate_document,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, plan_gpu  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -67,14 +67,14 @@ from ansible_collections.gpufleet.mig.tests.support.simulator import simulator_o
 
 simulator_on_path()
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (  # noqa: E402
     Catalog,
     Occupancy,
     analyze,
     placeable_count,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import plan_gpu  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import room  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import plan_gpu  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import room  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu  # noqa: E402
 from gpufleet_nvml_sim.models import get_model  # noqa: E402
 

@@ -28,8 +28,8 @@ from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_E
 
 gpufleet_nvml_sim = simulator_on_path()
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, plan_gpu  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import MIG_MODELS, model_gpu  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.oracle import (  # noqa: E402
     all_placements,

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """Filter of playbooks/mig_demand.yml: the fleet demand plan (pending pods' MIG requests -> per node and GPU
-the instances to create and destroy). Thin: the rules are in module_utils/_demand_planner, where unit tests reach
+the instances to create and destroy). Thin: the rules are in module_utils/planning/_demand_planner, where unit tests reach
 them; bad input becomes one AnsibleFilterError line.
 """
 
@@ -13,8 +13,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import DemandPlanError, plan_demand
-from ansible_collections.gpufleet.mig.plugins.module_utils._node_handover import unmet_demand_events
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import DemandPlanError, plan_demand
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_handover import unmet_demand_events
 
 
 def mig_demand_plan(nodes, pending, policy=None):

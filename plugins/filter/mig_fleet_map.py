@@ -115,7 +115,7 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.six import string_types
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GeometryError,
     Occupancy,

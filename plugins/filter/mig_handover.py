@@ -10,7 +10,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _node_handover as handover
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_handover as handover
 
 
 def _call(function, *args, **kwargs):

@@ -17,18 +17,18 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.six import string_types
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gpu_pods import gpu_pods
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     MEMORY_SLICES_KEY,
     LayoutConfigError,
     check_layout,
-    gpu_pods,
     known_gpus,
     layout_problems,
     may_match_any,
     validate_configs,
     validate_document,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._rollout_plan import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_plan import (
     RolloutSettingsError,
     fleet_plan,
     instances_text,

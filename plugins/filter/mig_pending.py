@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """Filter of playbooks/mig_demand.yml: the pods that wait for MIG slices, out of a list of Pod objects, as the
-demand planner takes them. Thin: the rule is module_utils/_pending_pods, the one the event source
+demand planner takes them. Thin: the rule is module_utils/k8s/_pending_pods, the one the event source
 gpufleet.mig.mig_pending_pods uses.
 """
 
@@ -13,7 +13,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._pending_pods import pending_mig_requests
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pending_mig_requests
 
 
 def mig_pending_requests(pods):

@@ -17,12 +17,12 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import host_pids
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import HostLock
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import host_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import (
     PODS_UNREADABLE,
     PodResourcesUnavailable,
     UnknownDeviceIds,

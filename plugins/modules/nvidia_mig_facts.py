@@ -252,7 +252,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -262,10 +262,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import BootApplyError, load_layout
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import in_layout_by_uuid
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import NOBODY
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import PodResourcesUnavailable, allocatable_gpu_device_ids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import DeclaredLayoutError, load_layout
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import in_layout_by_uuid
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PodResourcesUnavailable, allocatable_gpu_device_ids
 
 
 def gpu_facts(gpu, holders=NOBODY):
@@ -297,7 +297,7 @@ def declared_state(module, host, pod_devices):
         return None, {}
     try:
         dummy, request = load_layout(path)
-    except BootApplyError as exc:
+    except DeclaredLayoutError as exc:
         module.fail_json(msg=str(exc))
     request.pod_devices = pod_devices or []
     return request.name, in_layout_by_uuid(host, request)

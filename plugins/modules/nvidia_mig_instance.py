@@ -157,11 +157,11 @@ pod_resources:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import HostHolders
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import index_id_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import HostHolders
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import index_id_refusal
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,

@@ -371,12 +371,12 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _host_files
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import metrics_content, record_apply
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import expected_device_ids, node_resources
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import expected_device_ids, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,

@@ -91,11 +91,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import metrics_content, record_apply
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_files import sync
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import check_layout, validate_configs
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import sync
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, validate_configs
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import METRICS_FILE
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import COMMON_ARGUMENT_SPEC, nvml_session, run_module
 
 
@@ -106,7 +106,7 @@ def main_body(module):
         # The record is bookkeeping, as in nvidia_mig_layout: never reported as a change.
         record_apply(params['config_dir'], request.name, 'failed', 'ansible', params['reason'])
         if params['metrics_dir']:
-            # Reads the GPUs only: a shared lock, as the metrics timer takes (_boot_apply).
+            # Reads the GPUs only: a shared lock, as the metrics timer takes (_boot_entry).
             with nvml_session(module, exclusive=False) as backend:
                 content = metrics_content(backend.read_host(), request, params['config_dir'])
             sync([(os.path.join(params['metrics_dir'], METRICS_FILE), content, 0o644)], False)

@@ -132,10 +132,10 @@ pod_resources:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import destroyed_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import destroyed_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,

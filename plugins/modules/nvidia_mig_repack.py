@@ -125,9 +125,9 @@ resources:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import select_mig_gpus
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, current_specs, plan_gpu_specs
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, current_specs, plan_gpu_specs
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -137,7 +137,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import index_id_refusal, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import index_id_refusal, node_resources
 
 _FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
 

@@ -110,7 +110,7 @@ def test_the_execution_environment_pins_what_the_collection_requires():
 
 PROBE = '''
 import json, os, sys
-from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
 try:
     _nvml_backend.NvmlBackend()
     error = None

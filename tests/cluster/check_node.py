@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """End-to-end check of the real test node: cluster.sh + node.sh + device_plugin.py on a simulated
-A100-SXM4-80GB host, read back through plugins/module_utils/_pod_resources.py.
+A100-SXM4-80GB host, read back through plugins/module_utils/k8s/_pod_resources.py.
 
   sudo .venv/bin/python tests/cluster/check_node.py      (root; the Python needs grpcio and nvidia-ml-py)
 

@@ -14,7 +14,7 @@ is full-size is one device of ``nvidia.com/mig-<profile>`` ('+' in the profile b
 id the MIG UUID; a GPU with MIG disabled is one ``nvidia.com/gpu`` with its GPU UUID.
 
 It speaks the kubelet's device plugin API v1beta1 over gRPC (grpcio, with the protobuf codec of
-plugins/module_utils/_pod_resources.py): one server per resource on DIR/gpufleet-<name>.sock,
+plugins/module_utils/k8s/_pod_resources.py): one server per resource on DIR/gpufleet-<name>.sock,
 registered through DIR/kubelet.sock; GetDevicePluginOptions, ListAndWatch (a stream, every device
 Healthy), GetPreferredAllocation, Allocate (NVIDIA_VISIBLE_DEVICES=<ids>, as the envvar device list
 strategy) and PreStartContainer.
@@ -79,7 +79,7 @@ def _load_module_util(name):
     One already imported (the collection on the path, as in the tests) is reused, never loaded twice."""
     if '%s.%s' % (MODULE_UTILS, name) in sys.modules:
         return sys.modules['%s.%s' % (MODULE_UTILS, name)]
-    path = os.path.join(REPO, 'plugins', 'module_utils', name + '.py')
+    path = os.path.join(REPO, 'plugins', 'module_utils', *name.split('.')) + '.py'
     spec = importlib.util.spec_from_file_location('%s.%s' % (MODULE_UTILS, name), path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -88,9 +88,9 @@ def _load_module_util(name):
 
 
 # In import order: _pod_resources imports _gpu_resources, which imports _mig_profile.
-MigProfile = _load_module_util('_mig_profile').MigProfile
-_load_module_util('_gpu_resources')
-wire = _load_module_util('_pod_resources')
+MigProfile = _load_module_util('planning._mig_profile').MigProfile
+_load_module_util('planning._gpu_resources')
+wire = _load_module_util('k8s._pod_resources')
 
 
 def log(message):

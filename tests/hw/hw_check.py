@@ -168,7 +168,7 @@ def open_nvml(library, simulated):
     except ImportError:
         raise CannotRun('nvidia-ml-py is not installed for %s: pip install nvidia-ml-py' % sys.executable)
     if simulated:
-        from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import load_simulator
+        from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import load_simulator
         load_simulator(os.environ[SIMULATOR_ENV]).install(pynvml, os.environ[SIMULATOR_ENV])
     elif library:
         try:

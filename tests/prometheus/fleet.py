@@ -26,8 +26,8 @@ import re
 
 import yaml
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _boot_apply
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE, accumulate_stranded
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_entry
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import METRICS_FILE, accumulate_stranded
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout
 from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_ENV
 
@@ -149,7 +149,7 @@ class FleetHost(object):
                 '--metrics-dir', self.paths['metrics_dir'], '--lock-timeout', '5']
         with self.fleet.monkeypatch.context() as patch:
             patch.setenv(SIMULATOR_ENV, self.state)
-            assert _boot_apply.main(argv) == 0, '%s: the metrics refresh failed' % self.name
+            assert _boot_entry.main(argv) == 0, '%s: the metrics refresh failed' % self.name
 
     def edit_state(self, change):
         """Change the simulated GPUs behind gpufleet.mig's back: ``change(state)`` edits the state dict."""

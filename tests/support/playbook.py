@@ -16,8 +16,8 @@ Python::
                        extravars={'mig_layout_name': 'nighttime'})
     run.rc, run.changed, run.messages, run.to_dict()
 
-Command line (for Molecule: ``ansible.builtin.command`` then ``stdout | from_json``; it also runs
-under ``async``)::
+Command line (for Molecule: ``ansible.builtin.command``, then tests/support/tasks/collect_run.yml reads its
+output into ``run_result``; it also runs under ``async``)::
 
     python tests/support/playbook.py PLAYBOOK [-i INVENTORY]... [-e VARS]... [--env NAME=VALUE]...
         [--private-data-dir DIR] [--timeout SECONDS] [--raw] [-- MORE ANSIBLE-PLAYBOOK ARGUMENTS]
@@ -32,6 +32,7 @@ The summary (``PlaybookRun.to_dict()``):
     wall            the whole process, start-up included, in seconds
     changed         sorted hosts whose stats count a change; failed: a failure; unreachable: an unreachable
                     result (ignore_unreachable results are not counted by Ansible)
+    changed_tasks   {host: [names of the tasks that changed it, in order]} for every host of the run
     messages        {host: [msg of each failed or unreachable result (a loop's: then those of its failed
                     items), in the order they came]}
     stats           {host: {ok, changed, failures, unreachable, skipped, rescued, ignored}}
@@ -143,6 +144,8 @@ class PlaybookRun:
 
     def to_dict(self, raw=False):
         summary = dict((name, getattr(self, name)) for name in self.SUMMARY)
+        hosts = set(self.stats) | set(result['host'] for result in self.results)
+        summary['changed_tasks'] = dict((host, self.changed_tasks(host)) for host in hosts)
         if raw:
             summary.update(events=self.events, stdout=self.stdout)
         return summary

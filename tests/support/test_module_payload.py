@@ -23,7 +23,7 @@ import subprocess
 import sys
 import zipfile
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_files import BOOT_CODE, PACKAGE
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import BOOT_CODE, PACKAGE
 
 from .playbook import REPO, ansible_environment
 from .simulator import simulated_environment
@@ -83,7 +83,7 @@ def test_payload_carries_the_boot_code_and_no_simulator(tmp_path):
     boot_files = dict(('%s.py' % name, '%s/%s.py' % (package_dir, name)) for name in BOOT_CODE)
     missing = sorted(path for path in boot_files.values() if path not in files)
     assert not missing, 'module_utils the boot code needs are not in the payload: %s' % missing
-    assert '_boot_apply' in BOOT_CODE and '_nvml_backend' in BOOT_CODE
+    assert 'host/_boot_entry' in BOOT_CODE and 'host/_nvml_backend' in BOOT_CODE
 
     assert not [name for name in files if 'gpufleet_nvml_sim' in name], sorted(files)
     with open(payload, 'rb') as handle:
@@ -94,6 +94,7 @@ def test_payload_carries_the_boot_code_and_no_simulator(tmp_path):
 
     # The boot code the module kept on the host is the payload's, byte for byte, and only that.
     lib = host / 'lib' / package_dir
-    assert sorted(os.listdir(str(lib))) == sorted(boot_files)
+    kept = sorted(os.path.relpath(os.path.join(folder, name), str(lib)) for folder, dummy, names in os.walk(str(lib)) for name in names)
+    assert kept == sorted(boot_files)
     for file_name, path in boot_files.items():
         assert (lib / file_name).read_bytes() == files[path], file_name

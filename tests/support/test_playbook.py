@@ -8,13 +8,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from .playbook import REPO, PlaybookError, ansible_environment, run_playbook, summarize
+from .playbook import BIN, REPO, PlaybookError, ansible_environment, run_playbook, summarize
 
 
 PLAYBOOK = """\
@@ -77,6 +78,7 @@ def test_summarize_counts_hosts_messages_and_play_time():
     assert run.changed_tasks('a') == ['t1']
     assert run.error is None
     summary = run.to_dict()
+    assert summary['changed_tasks'] == {'a': ['t1'], 'b': [], 'c': [], 'd': []}
     assert 'events' not in summary and 'stdout' not in summary
     assert json.loads(json.dumps(summary)) == summary
     assert run.to_dict(raw=True)['events'][0]['counter'] == 1
@@ -137,3 +139,32 @@ def test_cli_refuses_a_missing_inventory(tmp_path):
     assert 'inventory %s does not exist' % (tmp_path / 'none') in done.stderr
     with pytest.raises(PlaybookError, match='does not exist'):
         run_playbook('play.yml', inventory=str(tmp_path / 'none'))
+
+
+def test_collect_run_tasks_read_the_cli_summary_into_run_result(three_hosts):
+    """tests/support/tasks/collect_run.yml, which the Molecule scenarios include after running the CLI under
+    ansible-playbook: run_result is the summary, without --raw's events and output."""
+    outer = three_hosts / 'outer.yml'
+    outer.write_text(json.dumps([{
+        'name': 'Run the CLI as a scenario does', 'hosts': 'localhost', 'connection': 'local', 'gather_facts': False,
+        'vars': {'ansible_python_interpreter': sys.executable},
+        'tasks': [
+            {'name': 'Run the helper', 'register': 'run_raw', 'changed_when': False, 'ansible.builtin.command': {'argv': [
+                sys.executable, '%s/tests/support/playbook.py' % REPO, str(three_hosts / 'play.yml'),
+                '-i', str(three_hosts / 'hosts'), '-e', '{"greeting": "hi"}', '--env', 'GPUFLEET_PLAYBOOK_TEST=there',
+                '--raw', '--', '--limit', 'a,b']}},
+            {'name': 'Collect', 'ansible.builtin.include_tasks': '%s/tests/support/tasks/collect_run.yml' % REPO,
+             'vars': {'run_label': 'a and b'}},
+            {'name': 'Keep run_result', 'ansible.builtin.copy': {
+                'content': '{{ run_result | to_json }}', 'dest': str(three_hosts / 'run_result.json'), 'mode': '0644'}},
+        ]}]))
+    done = subprocess.run([os.path.join(BIN, 'ansible-playbook'), str(outer), '-i', 'localhost,'], cwd=str(three_hosts),
+                          env=ansible_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout
+    result = json.loads((three_hosts / 'run_result.json').read_text())
+    assert (result['rc'], result['changed'], result['failed']) == (2, ['a', 'b'], ['b']), result
+    assert result['changed_tasks'] == {'a': ['Change something'], 'b': ['Change something']}
+    assert result['messages'] == {'b': ['b fails on purpose']}
+    assert 'events' not in result and 'stdout' not in result
+    assert 'changed: a, b, failed: b. b: b fails on purpose' in done.stdout, done.stdout

@@ -55,13 +55,13 @@ import sys
 import tempfile
 
 try:
-    from ansible_collections.gpufleet.mig.plugins.module_utils._pending_pods import pending_mig_request, pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pending_mig_request, pod_key
 except ImportError:
     # ansible-rulebook runs this file with runpy, outside Ansible's collection loader: the collection's own
     # module_utils are importable once the folder holding ansible_collections/ is on the path (this file is
     # ansible_collections/gpufleet/mig/extensions/eda/plugins/event_source/mig_pending_pods.py).
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 7)))
-    from ansible_collections.gpufleet.mig.plugins.module_utils._pending_pods import pending_mig_request, pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pending_mig_request, pod_key
 
 LOG = logging.getLogger(__name__)
 

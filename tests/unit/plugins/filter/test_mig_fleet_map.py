@@ -22,7 +22,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.mig.plugins.filter import mig_fleet_map as mig_fleet_map_module
 from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import FilterModule, mig_fleet_map
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GeometryError,
     Occupancy,

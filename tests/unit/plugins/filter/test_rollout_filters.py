@@ -13,7 +13,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.mig.plugins.filter.mig_layout import FilterModule
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     LayoutConfigError,
     check_layout,
     unknown_layout,

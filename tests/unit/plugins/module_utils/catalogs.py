@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
 
 # One simulated model per distinct MIG profile table (the PCIe and A800/H800 twins of a board share its
 # names and placements, so the planner and the modules would learn nothing new from them).

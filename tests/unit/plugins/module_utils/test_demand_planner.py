@@ -12,18 +12,18 @@ import random
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._demand_planner import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import (
     DemandPlanError,
     plan_demand,
     pod_requests,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     check_layout,
     concrete_instances,
     match_gpus,
     validate_configs,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
 
 A100 = 'A100-SXM4-80GB'

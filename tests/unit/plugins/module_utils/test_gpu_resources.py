@@ -8,14 +8,14 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
     is_gpu_resource,
     is_shared_resource,
     profile_of_resource,
     resource_of_profile,
     strip_replica,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import ProfileError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import ProfileError
 
 # (resource, profile in gpufleet's grammar or None for a whole GPU, shared)
 GPU_RESOURCES = [

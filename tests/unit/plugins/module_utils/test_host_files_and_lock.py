@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _host_lock
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_files import differs, sync
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock, LockPermissionDenied, LockTimeout, UnsafeLockPath
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import write_atomically
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_lock
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import differs, sync
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import HostLock, LockPermissionDenied, LockTimeout, UnsafeLockPath
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import write_atomically
 
 
 def test_write_atomically_replaces_and_leaves_no_temp(tmp_path):

@@ -16,12 +16,11 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     LayoutConfigError,
     check_layout,
     choose_entry,
     concrete_instances,
-    gpu_pods,
     layout_problems,
     match_gpus,
     memory_slices_of,
@@ -30,8 +29,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
     validate_configs,
     validate_document,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, expand_layout
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, expand_layout
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog
 
 from .catalogs import model_gpu, read_simulated_host
 
@@ -651,35 +650,6 @@ def test_catalog_on_a_mixed_host_with_mig_disabled():
     assert [(g['index'], g['pending'], g['mig_enabled']) for g in night['gpus']] == [(0, True, True), (1, True, True)]
     off = match_gpus(check_layout(configs, 'all-disabled'), host)
     assert [(g['index'], g['mig_enabled'], g['mig_devices']) for g in off['gpus']] == [(0, False, {}), (1, False, {})]
-
-
-def test_gpu_pods_selects_gpu_and_mig_requests_only():
-    def pod(name, resources, owner=None, phase='Running', init=False):
-        container = {'name': 'c', 'resources': resources}
-        spec = {'initContainers': [container], 'containers': []} if init else {'containers': [container]}
-        meta = {'name': name, 'namespace': 'team', 'uid': 'uid-' + name}
-        if owner:
-            meta['ownerReferences'] = [{'kind': owner}]
-        return {'metadata': meta, 'spec': spec, 'status': {'phase': phase}}
-    pods = [
-        pod('train', {'limits': {'nvidia.com/gpu': 1}}),
-        pod('infer', {'requests': {'nvidia.com/mig-1g.10gb': 1}}, owner='ReplicaSet'),
-        pod('init', {'requests': {'nvidia.com/mig-3g.40gb': 1}}, init=True),
-        pod('cpu', {'requests': {'cpu': 1}}),
-        pod('plugin', {'limits': {'nvidia.com/gpu': 1}}, owner='DaemonSet'),
-        pod('done', {'limits': {'nvidia.com/gpu': 1}}, phase='Succeeded'),
-        # Time-slicing's renameByDefault names are GPU resources; the Network Operator's are not.
-        pod('shared', {'limits': {'nvidia.com/mig-1g.10gb.me.shared': 1}}),
-        pod('sliced', {'requests': {'nvidia.com/gpu.shared': 1}}),
-        pod('nic', {'limits': {'nvidia.com/hostdev': 1, 'nvidia.com/rdma_shared_device_a': 1}}),
-    ]
-    assert [p['name'] for p in gpu_pods(pods)] == ['infer', 'init', 'shared', 'sliced', 'train']
-    # Only the named ones (by namespace/name, or by pod uid when only a process's cgroup named it), whatever
-    # they request (the host saw them on an instance that goes); still no DaemonSet pod, nor one that is done.
-    assert [p['name'] for p in gpu_pods(pods, ['team/infer', 'uid:uid-train', 'team/plugin', 'other/init', 'team/done'])] == [
-        'infer', 'train']
-    assert [p['name'] for p in gpu_pods(pods, ['uid:uid-cpu'])] == ['cpu']
-    assert gpu_pods(pods, []) == []
 
 
 def test_the_examples_of_the_documentation():

@@ -8,17 +8,17 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_apply import LayoutRequest, converge, decide
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import LayoutConfigError, check_layout, validate_configs
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_forecast import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, decide
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, check_layout, validate_configs
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import (
     check_without_mig,
     forecast_profiles,
     memory_slices_without_mig,
     profile_gb,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile
-from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import NvmlBackend
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import NvmlBackend
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 import gpufleet_nvml_sim as simulator
 

@@ -17,15 +17,15 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _layout_metrics
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import NOBODY
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _layout_metrics
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     concrete_instances,
     choose_entry,
     match_gpus,
     validate_document,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GpuInstanceProfile,
     Occupancy,
@@ -33,7 +33,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import 
     best_rearrangement,
     slice_states,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import plan_gpu
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_repack
 
 from .catalogs import MIG_MODELS, model_gpu

@@ -8,9 +8,9 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import GpuHolders
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, clearing_plan, disable_mig
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, clearing_plan, disable_mig
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
 
 ENABLED = {'current': 'enabled', 'pending': 'enabled'}

@@ -20,7 +20,7 @@ import yaml
 
 from gpufleet_nvml_sim.models import MODELS
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     LayoutConfigError,
     check_layout,
     choose_entry,
@@ -29,8 +29,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog impor
     match_gpus,
     validate_document,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import expand_layout
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import expand_layout
 
 from .catalogs import model_gpu, read_simulated_host
 

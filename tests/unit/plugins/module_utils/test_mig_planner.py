@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import GpuHolders
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import (
     InstanceSpec,
     PlanningError,
     current_specs,

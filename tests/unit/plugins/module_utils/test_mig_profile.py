@@ -8,7 +8,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import (
     MigProfile,
     MigShape,
     ProfileError,

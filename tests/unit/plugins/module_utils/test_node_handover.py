@@ -8,7 +8,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _node_handover as h
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_handover as h
 
 NODE = 'gpu-1'
 
@@ -472,7 +472,7 @@ def test_decision_retry_installs_a_missing_package_or_drains_where_allowed():
 
 
 def test_decision_retry_reads_the_words_the_producers_write():
-    from ansible_collections.gpufleet.mig.plugins.module_utils import _pod_resources as pr
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources as pr
     host = {'gpus': [{'index': 0, 'uuid': 'GPU-0', 'minor_number': 0, 'gpu_instances': [], 'processes': []}]}
     with pytest.raises(pr.UnknownDeviceIds) as unknown:
         pr.allocations_of(host, [{'namespace': 'ml', 'pod': 'a', 'container': 'c', 'resource': 'nvidia.com/gpu',

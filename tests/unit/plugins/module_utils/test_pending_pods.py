@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Which pods wait for MIG slices (module_utils/_pending_pods): the rule of the event source and of the filter."""
+"""Which pods wait for MIG slices (module_utils/k8s/_pending_pods): the rule of the event source and of the filter."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -8,7 +8,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _pending_pods as pending
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pending_pods as pending
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.pods import pod
 
 

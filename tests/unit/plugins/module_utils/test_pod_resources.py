@@ -19,7 +19,7 @@ from concurrent import futures
 import grpc
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _pod_resources as pr
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources as pr
 
 MIG_A = 'MIG-4f8a6c2e-0b1d-5e7f-9a3c-1d2e3f4a5b6c'
 MIG_B = 'MIG-9e8d7c6b-5a4f-5e3d-8c2b-1a0f9e8d7c6b'

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._rollout_plan import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_plan import (
     RolloutSettingsError,
     allowed_failures,
     batch_sizes,

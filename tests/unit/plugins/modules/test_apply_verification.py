@@ -3,7 +3,7 @@
 """The apply's read-back: a driver that does something other than what it was asked fails the run.
 
 NVML answers a create with the instance it made; the verification compares the whole layout read back
-(profiles, placements and compute instances: _mig_apply.layout_signature), so a driver that places an
+(profiles, placements and compute instances: _plan_executor.layout_signature), so a driver that places an
 instance elsewhere, or makes another compute instance, is caught even where the profiles alone match.
 """
 
@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import NvmlBackend
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import NvmlBackend
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout
 from ansible_collections.gpufleet.mig.tests.unit.plugins.modules.test_nvidia_mig_layout import ENABLED, layout_args
 

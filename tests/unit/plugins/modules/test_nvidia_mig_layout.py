@@ -16,7 +16,7 @@ import pytest
 
 from ansible.module_utils import basic
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _boot_apply, _host_files
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_entry, _host_files
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout
 from ansible_collections.gpufleet.mig.tests.support.simulator import simulated_environment
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
@@ -289,9 +289,10 @@ def test_installed_code_is_the_collections_own_and_needs_no_ansible(simulated_ho
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF))
     assert not failed, result
     installed = os.path.join(host_paths['lib_dir'], 'ansible_collections', 'gpufleet', 'mig', 'plugins', 'module_utils')
-    assert sorted(os.listdir(installed)) == sorted(name + '.py' for name in _host_files.BOOT_CODE)
+    kept = sorted(os.path.relpath(os.path.join(folder, name), installed) for folder, dummy, names in os.walk(installed) for name in names)
+    assert kept == sorted(name + '.py' for name in _host_files.BOOT_CODE)
     repository = os.path.join(os.path.dirname(nvidia_mig_layout.__file__), '..', 'module_utils')
-    for name in os.listdir(installed):
+    for name in kept:
         assert read(os.path.join(installed, name)) == read(os.path.join(repository, name)), name
         # The boot unit runs without Ansible on the host.
         assert not re.search(r'(?m)^\s*(from|import) ansible(\.| |$)', read(os.path.join(installed, name))), name
@@ -331,7 +332,7 @@ def test_boot_apply_records_a_busy_instance_and_fails(simulated_host, run_module
     with open(layout, 'w') as handle:
         json.dump(declared, handle)
     before = host.read()['gpus']
-    assert _boot_apply.main(['apply', '--layout', layout, '--metrics-dir', host_paths['metrics_dir']]) == 1
+    assert _boot_entry.main(['apply', '--layout', layout, '--metrics-dir', host_paths['metrics_dir']]) == 1
     assert host.read()['gpus'] == before
     record = json.loads(read(os.path.join(host_paths['config_dir'], 'last_apply.json')))
     assert record['result'] == 'failed' and record['source'] == 'boot' and '[77]' in record['message']
@@ -346,20 +347,20 @@ def test_metrics_action_reads_only_and_skips_a_held_lock(simulated_host, run_mod
     layout = os.path.join(host_paths['config_dir'], 'layout.json')
     calls = len(host.calls())
     os.remove(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom'))
-    assert _boot_apply.main(['metrics', '--layout', layout, '--metrics-dir', host_paths['metrics_dir']]) == 0
+    assert _boot_entry.main(['metrics', '--layout', layout, '--metrics-dir', host_paths['metrics_dir']]) == 0
     assert len(host.calls()) == calls
     assert 'gpufleet_mig_layout_info{layout="all-disabled"} 1' in read(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom'))
-    from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock
+    from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import HostLock
     with HostLock(host.path + '.host.lock', 1):
-        assert _boot_apply.main(['metrics', '--layout', layout, '--metrics-dir', host_paths['metrics_dir'], '--lock-timeout', '0']) == 0
+        assert _boot_entry.main(['metrics', '--layout', layout, '--metrics-dir', host_paths['metrics_dir'], '--lock-timeout', '0']) == 0
     assert 'gave up' in capsys.readouterr().err
-    assert _boot_apply.main(['metrics', '--layout', layout]) == 2
+    assert _boot_entry.main(['metrics', '--layout', layout]) == 2
 
 
 def test_bad_declared_layout_file(tmp_path, capsys):
     bad = tmp_path / 'layout.json'
     bad.write_text('{"gpus": 1}')
-    assert _boot_apply.main(['apply', '--layout', str(bad)]) == 2
+    assert _boot_entry.main(['apply', '--layout', str(bad)]) == 2
     assert 'needs "name" and an "entries" list' in capsys.readouterr().err
 
 
@@ -502,7 +503,7 @@ def test_metrics_per_instance_with_their_pods_and_unmatched_gpus(simulated_host,
 
 
 def test_stranded_slice_seconds_add_up_between_refreshes(tmp_path):
-    from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import accumulate_stranded
+    from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import accumulate_stranded
     path = str(tmp_path / 'stranded.json')
     assert accumulate_stranded(path, {'GPU-a': 1, 'GPU-b': 0}, 1000.0) == {'GPU-a': 0.0, 'GPU-b': 0.0}
     assert accumulate_stranded(path, {'GPU-a': 3, 'GPU-b': 2}, 1060.0) == {'GPU-a': 60.0, 'GPU-b': 0.0}
@@ -831,7 +832,7 @@ def test_a_refused_change_keeps_the_declared_layout_and_the_boot_applies_it(simu
     assert boot_state(host_paths) == declared
     # After a reboot the boot unit brings back the layout the host held, not the refused one.
     simulator.simulate_reboot(host.path)
-    assert _boot_apply.main(['apply', '--layout', os.path.join(host_paths['config_dir'], 'layout.json')]) == 0
+    assert _boot_entry.main(['apply', '--layout', os.path.join(host_paths['config_dir'], 'layout.json')]) == 0
     assert profiles(host.read()) == [('3g.40gb', 0), ('3g.40gb', 4)]
     # A change that succeeds declares the new layout.
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY))

@@ -17,13 +17,13 @@ import pytest
 
 from ansible.module_utils.common import arg_spec
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_selection import SelectionError
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import LockPermissionDenied, LockTimeout, UnsafeLockPath
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import LayoutConfigError
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import SelectionError
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import LockPermissionDenied, LockTimeout, UnsafeLockPath
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import ModuleFailure, run_module
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode, nvidia_mig_repack
 from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_ENV
@@ -378,7 +378,7 @@ def test_fault_at_every_mutating_call_then_rerun_converges(simulated_host, run_m
 def _locked_run(path, queue):
     # a separate process holds the host lock for a while, as a concurrent run would
     os.environ[SIMULATOR_ENV] = path
-    from ansible_collections.gpufleet.mig.plugins.module_utils._host_lock import HostLock
+    from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import HostLock
     import time
     with HostLock(path + '.host.lock', 10):
         queue.put('locked')
@@ -518,7 +518,7 @@ def test_a_socket_that_cannot_even_be_looked_at_is_not_taken_for_absent(monkeypa
 # ---- who may run the modules -----------------------------------------------------------------------
 
 def test_a_non_root_user_is_told_to_use_become(simulated_host, run_module, monkeypatch):
-    from ansible_collections.gpufleet.mig.plugins.module_utils import _host_lock
+    from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_lock
     host = busy_3g_host(simulated_host)
     # The lock folder (the test's) is root's; the module now runs as an ordinary user.
     monkeypatch.setattr(_host_lock.os, 'geteuid', lambda: 1000)

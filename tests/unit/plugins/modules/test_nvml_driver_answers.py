@@ -14,8 +14,8 @@ import gpufleet_nvml_sim as simulator
 import pynvml
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils import _nvml_backend
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_layout, nvidia_mig_mode
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from ansible_collections.gpufleet.mig.tests.unit.plugins.modules import test_nvidia_mig_layout as layout_tests

@@ -15,9 +15,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import GpuInstanceProfile, pack_compute_instances
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, layout_of
-from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import BackendError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import GpuInstanceProfile, pack_compute_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, layout_of
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import BackendError
 
 
 class ApplyError(GpufleetError):

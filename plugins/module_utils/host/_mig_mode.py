@@ -18,9 +18,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import NOBODY, gpu_pids
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import BackendError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY, gpu_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import BackendError
 
 # MIG mode is driver state on these (reset-less MIG, MIG User Guide): a pending change on a GPU that is idle now
 # takes effect on another nvmlDeviceSetMigMode, no GPU reset needed. Ampere applies a pending mode at a GPU reset.

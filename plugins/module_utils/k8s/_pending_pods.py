@@ -18,7 +18,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_shared_resource, profile_of_resource
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import is_shared_resource, profile_of_resource
 
 _COUNT = re.compile(r'^[0-9]+\Z')
 

@@ -36,14 +36,14 @@ import os
 import re
 import stat
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
     DRA_GPU_DRIVER,
     WHOLE_GPU,
     is_gpu_resource,
     resource_of_profile,
     strip_replica,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import GpuHolders, HostHolders, gpu_processes
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders, HostHolders, gpu_processes
 
 DEFAULT_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock'
 

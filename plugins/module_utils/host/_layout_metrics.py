@@ -20,8 +20,8 @@ import json
 import os
 import tempfile
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import HostHolders
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import Catalog, Occupancy, analyze
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import HostHolders
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze
 
 METRICS_FILE = 'gpufleet_mig.prom'
 
@@ -98,7 +98,7 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, holders=None, stran
     """The textfile content: one block per metric, one sample per GPU (and profile, or instance).
 
     ``in_layout_by_uuid``: {GPU uuid: whether it holds the declared layout, None when no entry
-    matches it} (from _host_apply). ``holders``: the pods that hold each GPU (_host_model.HostHolders,
+    matches it} (from _layout_converge). ``holders``: the pods that hold each GPU (_host_model.HostHolders,
     from _pod_resources.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
     Free-space figures need the profiles, which NVML describes only while MIG is enabled.
     """

@@ -34,7 +34,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, compute_instance_name
 
 
 class GeometryError(ValueError):
@@ -415,3 +415,30 @@ def slice_states(catalog, instances):
     for rank, index in enumerate(unusable):
         states[index] = 'stranded' if rank < stranded else 'unusable'
     return states
+
+
+def derived_compute_profiles(gi_name, gi_compute_slices):
+    """Compute instance profiles of a GPU instance profile that has no instance yet.
+
+    NVML only describes compute profiles through an existing GPU instance, so until one
+    exists the planner uses this rule (sizes 1, 2, 3, 4, 7 that fit; starts aligned to
+    the size, 3c aligned to 4). The apply re-reads the real profiles from NVML once the
+    GPU instance exists and places its compute instances from those.
+    """
+    profiles = []
+    enum_by_size = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+    for size in sorted(enum_by_size):
+        if size > gi_compute_slices or (size != gi_compute_slices and size in (6, 7, 8)):
+            continue
+        if size == 3 and gi_compute_slices not in (3, 7):
+            continue
+        step = 4 if size == 3 else size
+        starts = [s for s in range(0, gi_compute_slices, step) if s + size <= gi_compute_slices]
+        profiles.append({
+            'name': compute_instance_name(size, gi_name),
+            'id': enum_by_size[size],
+            'compute_slices': size,
+            'max_count': len(starts),
+            'placements': [{'start': s, 'size': size} for s in starts],
+        })
+    return profiles

@@ -39,14 +39,14 @@ __metaclass__ = type
 import itertools
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import NOBODY, instance_pids
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY, instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     Occupancy,
     analyze,
     pack_compute_instances,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError
 
 
 # A GPU whose MIG is still off cannot be planned: NVML hides its profiles until MIG is enabled.

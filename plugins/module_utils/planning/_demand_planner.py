@@ -53,9 +53,9 @@ import itertools
 import json
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import profile_of_resource
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import instance_pids
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GeometryError,
     Occupancy,
@@ -63,7 +63,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._mig_geometry import 
     slice_mask,
     slice_states,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError
 
 LAYOUT_PREFIX = 'demand-'
 DISRUPTION_ORDER = ('none', 'create-only', 'destroy-idle', 'evict')

@@ -20,33 +20,44 @@ import hashlib
 import json
 import os
 
-# The host code the boot unit and the metrics timer run: _boot_apply and everything it imports.
+# The host code the boot unit and the metrics timer run: _boot_entry and everything it imports.
 # Importing them here is what puts them into nvidia_mig_layout's payload (AnsiballZ bundles the
 # module_utils a module imports); boot_code() reads them back from there.
-from ansible_collections.gpufleet.mig.plugins.module_utils import (
-    _boot_apply,
-    _errors,
-    _gpu_resources,
-    _host_apply,
+from ansible_collections.gpufleet.mig.plugins.module_utils import _errors
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import (
+    _boot_entry,
     _host_lock,
+    _host_record,
+    _layout_converge,
+    _layout_metrics,
+    _mig_mode,
+    _nvml_backend,
+    _plan_executor,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import METRICS_FILE, write_atomically
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning import (
+    _gpu_resources,
     _host_model,
     _layout_catalog,
-    _layout_metrics,
-    _mig_apply,
     _mig_forecast,
     _mig_geometry,
-    _mig_mode,
     _mig_planner,
     _mig_profile,
-    _nvml_backend,
-    _pod_resources,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_metrics import METRICS_FILE, write_atomically
 
 PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
-_BOOT_MODULES = (_boot_apply, _errors, _gpu_resources, _host_apply, _host_lock, _host_model, _layout_catalog, _layout_metrics,
-                 _mig_apply, _mig_forecast, _mig_geometry, _mig_mode, _mig_planner, _mig_profile, _nvml_backend, _pod_resources)
-BOOT_CODE = tuple(module.__name__.rsplit('.', 1)[1] for module in _BOOT_MODULES)
+_BOOT_MODULES = (_errors, _boot_entry, _host_lock, _host_record, _layout_converge, _layout_metrics, _mig_mode, _nvml_backend, _plan_executor,
+                 _pod_resources, _gpu_resources, _host_model, _layout_catalog, _mig_forecast, _mig_geometry, _mig_planner, _mig_profile)
+
+
+def _relative_name(module):
+    """'host/_boot_entry' for ansible_collections.gpufleet.mig.plugins.module_utils.host._boot_entry: the
+    file's path below module_utils, rooms (subfolders) included."""
+    return module.__name__[len(PACKAGE) + 1:].replace('.', '/')
+
+
+BOOT_CODE = tuple(_relative_name(module) for module in _BOOT_MODULES)
 LAYOUT_UNIT = 'gpufleet-mig-layout.service'
 METRICS_SERVICE = 'gpufleet-mig-metrics.service'
 METRICS_TIMER = 'gpufleet-mig-metrics.timer'
@@ -89,7 +100,7 @@ def boot_code():
         source = module.__loader__.get_source(module.__name__)
         if source is None:
             raise IOError('the source of %s is not available in this payload' % module.__name__)
-        sources[module.__name__.rsplit('.', 1)[1] + '.py'] = source if isinstance(source, str) else source.decode('utf-8')
+        sources[_relative_name(module) + '.py'] = source if isinstance(source, str) else source.decode('utf-8')
     return sources
 
 
@@ -122,7 +133,7 @@ def boot_files(paths, request, boot_unit, metrics_timer):
         '# Run as "<python> <this file>" by the gpufleet.mig systemd units, so it needs no shebang.\n'
         'import sys\n\n'
         'sys.path.insert(0, %s)\n\n'
-        'from ansible_collections.gpufleet.mig.plugins.module_utils._boot_apply import main  # noqa: E402\n\n'
+        'from ansible_collections.gpufleet.mig.plugins.module_utils.host._boot_entry import main  # noqa: E402\n\n'
         'sys.exit(main())\n') % (_MANAGED, json.dumps(paths.lib_dir)), 0o755))
     command = '%s %s' % (paths.python, paths.script)
     metrics = ' --metrics-dir %s' % paths.metrics_dir if paths.metrics_dir else ''

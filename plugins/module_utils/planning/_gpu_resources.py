@@ -30,7 +30,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, ProfileError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError
 
 # NVIDIA's DRA driver for GPUs and MIG devices (NVIDIA/k8s-dra-driver-gpu, DriverName); its other driver,
 # compute-domain.nvidia.com, hands out IMEX channels, no GPU.

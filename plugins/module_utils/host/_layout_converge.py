@@ -10,7 +10,7 @@ nvidia_mig_layout and the boot-time apply both call :func:`converge`; the decisi
 (:func:`decide`) is pure. No Ansible imports.
 
 Per GPU, in this order: the entries of the layout that match it (mig-parted rules, see
-_layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _mig_apply).
+_layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _plan_executor).
 NVML describes a GPU's profiles only while MIG is enabled, so a GPU whose MIG is still off is
 planned in two steps: the mode now, its instances "after MIG is enabled". Its entry is still checked
 before the first change of any GPU, against what can be known with MIG off (_mig_forecast).
@@ -22,18 +22,18 @@ __metaclass__ = type
 
 import contextlib
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._host_model import gpu_processes
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     LayoutConfigError,
     choose_entry,
     concrete_instances,
     match_gpus,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_apply import ApplyError, apply_gpus, apply_plan
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_forecast import check_without_mig
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig, mode_name
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import DEFERRED_NOTE, PlanningError, destroyed_instances, layout_of, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import allocations_of, index_id_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_gpus, apply_plan
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import check_without_mig
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig, mode_name
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, destroyed_instances, layout_of, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import allocations_of, index_id_refusal
 
 
 class LayoutRequest(object):

@@ -24,8 +24,8 @@ __metaclass__ = type
 
 import hashlib
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._gpu_resources import is_gpu_resource, is_shared_resource, strip_replica
-from ansible_collections.gpufleet.mig.plugins.module_utils._pod_resources import GRPC_MISSING, PODS_UNKNOWN, PODS_UNREADABLE
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import is_gpu_resource, is_shared_resource, strip_replica
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import GRPC_MISSING, PODS_UNKNOWN, PODS_UNREADABLE
 
 CONFIG_LABEL = 'nvidia.com/mig.config'
 STATE_LABEL = 'nvidia.com/mig.config.state'

@@ -26,16 +26,16 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._layout_catalog import (
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     MAX_COUNT,
     LayoutConfigError,
     choose_entry,
     concrete_instances,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_planner import PlanningError, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils._mig_profile import MigProfile, MigShape, ProfileError, parse_key
 # The one rule for compute instance profiles NVML cannot list yet (no GPU instance of the profile exists).
-from ansible_collections.gpufleet.mig.plugins.module_utils._nvml_backend import derived_compute_profiles
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import derived_compute_profiles
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, MigShape, ProfileError, parse_key
 
 # The plain GPU instance profiles of a GPU by its memory slices: (compute slices, memory slices, starts).
 # 8 and 4: NVIDIA's MIG User Guide (supported profiles: A100/H100/H200/B200..., A30/RTX PRO 6000).
