@@ -6,7 +6,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY, GpuHolders, HostHolders, gpu_pids, gpu_processes, host_pids, instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import (
+    NOBODY,
+    GpuHolders,
+    HostHolders,
+    gpu_pids,
+    gpu_processes,
+    host_pids,
+    instance_pids,
+)
 
 
 def _ci(ci_id, start, pids):
