@@ -70,11 +70,9 @@ import yaml  # noqa: E402
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (  # noqa: E402
-    concrete_instances,
-    match_gpus,
-    validate_document,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, plan_gpu  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu  # noqa: E402

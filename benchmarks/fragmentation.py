@@ -40,7 +40,7 @@ Strategies (they differ only in where a new instance goes and in repacking):
   on each GPU that has idle instances and stranded slices or fragmentation of at least
   ``--fragmentation-threshold``; the idle instances it moves are counted as moves (an idle
   instance keeps its idle time across a move).
-- (d) demand placement: where the fleet demand planner (_demand_planner.room) puts a new
+- (d) demand placement: where the fleet demand planner (_demand_placement.room) puts a new
   instance: the start that takes the least room from bigger instances (per instance size,
   largest first, how many still fit), then the lowest.
 
@@ -74,7 +74,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometr
     placeable_count,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import plan_gpu  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import room  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_placement import room  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu  # noqa: E402
 from gpufleet_nvml_sim.models import get_model  # noqa: E402
 

@@ -13,8 +13,9 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import DemandPlanError, plan_demand
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_handover import unmet_demand_events
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_events import unmet_demand_events
 
 
 def mig_demand_plan(nodes, pending, policy=None):

@@ -10,6 +10,9 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_advertisement as node_advertisement
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_events as node_events
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_evictions as node_evictions
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_handover as handover
 
 
@@ -52,12 +55,12 @@ def mig_handover_failure_outcome(failed, node, write_error=None, uncordon_error=
 
 def mig_handover_evictions(pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node=''):
     """The pods to evict and those refused (with the problem), from the node's pods after the cordon."""
-    return _call(handover.EvictionPlan, pods, mode, pods_to_evict, force, delete_emptydir_data, paused_labels, node).as_dict()
+    return _call(node_evictions.EvictionPlan, pods, mode, pods_to_evict, force, delete_emptydir_data, paused_labels, node).as_dict()
 
 
 def mig_handover_eviction_problem(results, node='', dry_run=True):
     """Why the Eviction API refused (gpufleet.mig.mig_pod_eviction results), or None."""
-    return handover.eviction_problem(results, node, dry_run)
+    return node_evictions.eviction_problem(results, node, dry_run)
 
 
 def mig_handover_paused_left(pods, paused_labels):
@@ -68,18 +71,18 @@ def mig_handover_paused_left(pods, paused_labels):
 def mig_handover_pods_left(pods, evicted=None):
     """The evicted pods still running; without ``evicted``, the pods a drain before a reboot must have moved."""
     if evicted is None:
-        return handover.pods_in_the_way_of_reboot(pods)
-    return handover.pods_left(pods, evicted)
+        return node_evictions.pods_in_the_way_of_reboot(pods)
+    return node_evictions.pods_left(pods, evicted)
 
 
 def mig_handover_advertised(expected, advertised, strategy='uuid'):
     """Whether the kubelet advertises exactly the expected device ids (missing, stale, problem)."""
-    return _call(handover.Advertisement, expected, advertised, strategy).as_dict()
+    return _call(node_advertisement.Advertisement, expected, advertised, strategy).as_dict()
 
 
 def mig_handover_allocatable_short(expected_counts, allocatable):
     """The GPU resources the node's allocatable advertises fewer of than the GPUs hold."""
-    return handover.allocatable_short(expected_counts, allocatable)
+    return node_advertisement.allocatable_short(expected_counts, allocatable)
 
 
 def mig_handover_layout(labels, configured, follow_label, layouts):
@@ -94,7 +97,7 @@ def mig_handover_recovery(node, layout, components=handover.DEFAULT_COMPONENTS):
 
 def mig_handover_event(regarding, reason, note, stamp, sequence=0, warning=False):
     """An events.k8s.io/v1 Event about a Node or Pod."""
-    return handover.event(regarding, reason, note, stamp, sequence, warning)
+    return node_events.event(regarding, reason, note, stamp, sequence, warning)
 
 
 class FilterModule(object):

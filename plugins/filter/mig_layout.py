@@ -22,12 +22,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_cata
     MEMORY_SLICES_KEY,
     LayoutConfigError,
     check_layout,
-    known_gpus,
     layout_problems,
-    may_match_any,
     validate_configs,
     validate_document,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import known_gpus, may_match_any
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_plan import (
     RolloutSettingsError,
     fleet_plan,

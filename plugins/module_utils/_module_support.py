@@ -22,15 +22,9 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._errors import Gpufle
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import HostLock
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import host_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import (
-    PODS_UNREADABLE,
-    PodResourcesUnavailable,
-    UnknownDeviceIds,
-    allocations_of,
-    gpu_allocations,
-    list_pod_devices,
-    pods_of_pids,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import UnknownDeviceIds, allocations_of, gpu_allocations
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_cgroups import pods_of_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PODS_UNREADABLE, PodResourcesUnavailable, list_pod_devices
 
 
 class ModuleFailure(GpufleetError):
@@ -117,11 +111,11 @@ def read_pod_resources(module):
 
 def unread_pid_pods(host, pod_devices):
     """Where pod-resources were not read (``pod_devices`` None), the pods of the running GPU processes,
-    from their cgroups (_pod_resources.pods_of_pids); otherwise None."""
+    from their cgroups (_pod_cgroups.pods_of_pids); otherwise None."""
     return pods_of_pids(host_pids(host)) if pod_devices is None else None
 
 
 def host_allocations(host, pod_devices):
-    """_pod_resources.allocations_of for ``host``: from the kubelet's answer or, where it was not
+    """_pod_allocations.allocations_of for ``host``: from the kubelet's answer or, where it was not
     read, from the cgroups of the running GPU processes."""
     return allocations_of(host, pod_devices or [], unread_pid_pods(host, pod_devices))

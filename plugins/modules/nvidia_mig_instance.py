@@ -161,7 +161,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import index_id_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import index_id_refusal
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -189,7 +189,7 @@ def wanted_instances(params):
 def plan_selected(host, params, check_mode, holders=None):
     """Plan every selected GPU before anything changes. A GPU whose MIG is only pending-enabled (check mode)
     cannot be planned: NVML describes its profiles once MIG is on; it is reported as deferred.
-    ``holders``: _pod_resources.allocations_of of the host (_host_model.HostHolders); instances pods hold are busy."""
+    ``holders``: _pod_allocations.allocations_of of the host (_host_model.HostHolders); instances pods hold are busy."""
     wanted = wanted_instances(params)
     holders = holders or HostHolders()
     plans = []

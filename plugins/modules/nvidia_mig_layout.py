@@ -375,7 +375,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_fil
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import expected_device_ids, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,

@@ -137,7 +137,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import index_id_refusal, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import index_id_refusal, node_resources
 
 _FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
 

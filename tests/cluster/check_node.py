@@ -40,7 +40,7 @@ sys.path.insert(0, HERE)
 
 import device_plugin  # noqa: E402  (after the path: it lives beside this file)
 
-pod_resources = device_plugin.wire
+pod_resources = device_plugin.pod_resources
 NODE = os.environ.get('GPUFLEET_NODE_NAME', 'gpu-node')
 DEPLOY_LABEL = device_plugin.DEPLOY_LABEL
 PAUSED = 'paused-for-mig-change'
@@ -321,7 +321,7 @@ def scenario(cluster, host_file):
           logs.strip() == 'NVIDIA_VISIBLE_DEVICES=%s' % device_id, logs)
     container_id = pod['container_id'].split('://', 1)[-1]
     pid = container_pid(cluster, container_id)
-    mapped = pod_resources.pods_of_pids([pid, os.getpid()])
+    mapped = device_plugin.pod_cgroups.pods_of_pids([pid, os.getpid()])
     check('pods_of_pids maps the container pid to the pod UID and container',
           mapped == {pid: {'pod_uid': pod['uid'], 'container_id': container_id, 'qos': 'besteffort'}}, mapped)
 

@@ -87,10 +87,13 @@ def _load_module_util(name):
     return module
 
 
-# In import order: _pod_resources imports _gpu_resources, which imports _mig_profile.
+# In import order, each after the files it imports: _pod_resources imports _pod_resources_wire and _gpu_resources,
+# which imports _mig_profile; _pod_cgroups imports _pod_resources.
 MigProfile = _load_module_util('planning._mig_profile').MigProfile
 _load_module_util('planning._gpu_resources')
-wire = _load_module_util('k8s._pod_resources')
+wire = _load_module_util('k8s._pod_resources_wire')
+pod_resources = _load_module_util('k8s._pod_resources')
+pod_cgroups = _load_module_util('k8s._pod_cgroups')
 
 
 def log(message):

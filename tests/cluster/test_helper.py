@@ -14,6 +14,7 @@ __metaclass__ = type
 import io
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -175,3 +176,15 @@ def test_device_plugin_mode_file(tmp_path):
     path.write_text(json.dumps({'keep_destroyd': True}))
     with pytest.raises(ValueError, match='unknown setting'):
         device_plugin.read_mode(str(path))
+
+
+def test_device_plugin_runs_as_the_node_starts_it_without_the_collection_on_the_path(tmp_path):
+    """node.sh runs device_plugin.py as a script: the module_utils it loads by path must bring all they import."""
+    state_file = str(tmp_path / 'host.json')
+    helper.sim_host(state_file, ['3g.40gb@4'])
+    env = dict((name, value) for name, value in os.environ.items() if name != 'PYTHONPATH')
+    env[device_plugin.SIMULATOR_ENV] = state_file
+    done = subprocess.run([sys.executable, os.path.join(HERE, 'device_plugin.py'), '--list'], cwd=str(tmp_path), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert list(json.loads(done.stdout)) == ['nvidia.com/mig-3g.40gb']

@@ -24,6 +24,7 @@ import pytest
 
 from ansible_collections.gpufleet.mig.tests.eda.fake_kube_api import FakeKubeAPI
 from ansible_collections.gpufleet.mig.tests.support.debian import install_debian_packages
+from ansible_collections.gpufleet.mig.tests.support.playbook import ansible_settings
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.pods import pod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -110,8 +111,7 @@ def test_one_playbook_run_per_burst_with_every_pending_mig_request(java, api, tm
     api.put(pod('run', phase='Running', node_name='gpu-1', scheduled=('True', '')))
 
     venv_bin = os.path.dirname(sys.executable)
-    env = dict(os.environ, EDA_RECORD_DIR=str(record_dir), PATH=venv_bin + os.pathsep + os.environ['PATH'],
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, 'build', 'collections'), ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'))
+    env = dict(os.environ, EDA_RECORD_DIR=str(record_dir), **ansible_settings(venv_bin))
     env.pop('KUBECONFIG', None)
     log = open(str(tmp_path / 'rulebook.log'), 'w+')
     started = time.monotonic()
@@ -182,8 +182,7 @@ def test_the_rulebook_runs_the_demand_playbook_which_creates_the_instance_on_the
     assert ansible_bin, 'make eda-test sets GPUFLEET_EDA_ANSIBLE_BIN to the ansible-playbook folder of .venv'
     state_dir = str(tmp_path / 'state')
     inventory = simulated_inventory(tmp_path, state_dir)
-    env = dict(os.environ, PATH=ansible_bin + os.pathsep + os.environ['PATH'], ANSIBLE_ROLES_PATH=os.path.join(ROOT, 'roles'),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, 'build', 'collections'), ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'))
+    env = dict(os.environ, **ansible_settings(ansible_bin))
     env.pop('PYTHONPATH', None)
     for playbook, extra in (('simulator/seed.yml', {}), ('playbooks/mig_layout.yml', {'mig_layout_serial': '100%'})):
         done = subprocess.run([os.path.join(ansible_bin, 'ansible-playbook'), '-i', inventory, playbook, '-e', json.dumps(extra)],

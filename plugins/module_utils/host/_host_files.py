@@ -35,11 +35,13 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host import (
     _plan_executor,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import METRICS_FILE, write_atomically
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_allocations, _pod_resources, _pod_resources_wire
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning import (
     _gpu_resources,
     _host_model,
     _layout_catalog,
+    _layout_keys,
+    _layout_matching,
     _mig_forecast,
     _mig_geometry,
     _mig_planner,
@@ -48,7 +50,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning import (
 
 PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
 _BOOT_MODULES = (_errors, _boot_entry, _host_lock, _host_record, _layout_converge, _layout_metrics, _mig_mode, _nvml_backend, _plan_executor,
-                 _pod_resources, _gpu_resources, _host_model, _layout_catalog, _mig_forecast, _mig_geometry, _mig_planner, _mig_profile)
+                 _pod_allocations, _pod_resources, _pod_resources_wire, _gpu_resources, _host_model, _layout_catalog, _layout_keys, _layout_matching,
+                 _mig_forecast, _mig_geometry, _mig_planner, _mig_profile)
 
 
 def _relative_name(module):

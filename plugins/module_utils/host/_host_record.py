@@ -28,13 +28,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics 
     stranded_figures,
     write_atomically,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import (
-    PodResourcesUnavailable,
-    UnknownDeviceIds,
-    allocations_of,
-    gpu_allocations,
-    list_pod_devices,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import UnknownDeviceIds, allocations_of, gpu_allocations
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PodResourcesUnavailable, list_pod_devices
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, check_layout, validate_configs
 
 LAST_APPLY_FILE = 'last_apply.json'

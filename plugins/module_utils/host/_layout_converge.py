@@ -10,7 +10,7 @@ nvidia_mig_layout and the boot-time apply both call :func:`converge`; the decisi
 (:func:`decide`) is pure. No Ansible imports.
 
 Per GPU, in this order: the entries of the layout that match it (mig-parted rules, see
-_layout_catalog), the MIG mode (_mig_mode), then the instances (_mig_planner, _plan_executor).
+_layout_matching), the MIG mode (_mig_mode), then the instances (_mig_planner, _plan_executor).
 NVML describes a GPU's profiles only while MIG is enabled, so a GPU whose MIG is still off is
 planned in two steps: the mode now, its instances "after MIG is enabled". Its entry is still checked
 before the first change of any GPU, against what can be known with MIG off (_mig_forecast).
@@ -23,24 +23,21 @@ __metaclass__ = type
 import contextlib
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
-    LayoutConfigError,
-    choose_entry,
-    concrete_instances,
-    match_gpus,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry, match_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_gpus, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, destroyed_instances, layout_of, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import allocations_of, index_id_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import allocations_of, index_id_refusal
 
 
 class LayoutRequest(object):
     """What to converge to: the entries of one layout and how far the host may go.
 
     ``pod_devices``: the kubelet's pod-resources allocations (_pod_resources.list_pod_devices), and
-    ``pid_pods``: pods found through the cgroups of GPU processes (_pod_resources.pods_of_pids),
+    ``pid_pods``: pods found through the cgroups of GPU processes (_pod_cgroups.pods_of_pids),
     for where pod-resources cannot be read (see :func:`allocations_of`). Instances that pods hold
     are busy for the planner whether or not a process runs on them. With ``evict`` (nvidia_mig_layout's option, set
     by the role's in-place switch on a Kubernetes node) the plan may still take them, as few as possible, and names
@@ -135,7 +132,7 @@ class GpuDecision(object):
 
     def index_id_pods(self):
         """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change: after any
-        change such an id may name another instance (_pod_resources.index_id_refusal), so every such pod
+        change such an id may name another instance (_pod_allocations.index_id_refusal), so every such pod
         goes, whichever instance it holds."""
         changes = self.mode.changed or bool(self.plan and self.plan.changed)
         return list(self.holders.index_pods) if changes else []

@@ -99,7 +99,7 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, holders=None, stran
 
     ``in_layout_by_uuid``: {GPU uuid: whether it holds the declared layout, None when no entry
     matches it} (from _layout_converge). ``holders``: the pods that hold each GPU (_host_model.HostHolders,
-    from _pod_resources.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
+    from _pod_allocations.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
     Free-space figures need the profiles, which NVML describes only while MIG is enabled.
     """
     holders = holders or HostHolders()

@@ -4,7 +4,8 @@
 #
 # Private module utils of gpufleet.mig: the interface may change at any time.
 
-"""Which pods of a node use its GPUs: the Kubernetes objects the mig_layout role reads with kubernetes.core.
+"""A node's pods as the hand-over reads them (Kubernetes objects, read with kubernetes.core): their names,
+whether they still run, who owns them, and which use the GPUs.
 
 Pure Python (no Ansible, no Kubernetes client); the filter gpufleet.mig.mig_layout_gpu_pods hands the pods in.
 """
@@ -14,6 +15,52 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import is_gpu_resource
+
+FINISHED_PHASES = ('Succeeded', 'Failed')
+# The kubelet marks the API's copy of a static pod (its "mirror pod") with this annotation.
+MIRROR_ANNOTATION = 'kubernetes.io/config.mirror'
+
+
+def pod_key(pod):
+    """'namespace/name' of a Pod object."""
+    metadata = pod.get('metadata') or {}
+    return '%s/%s' % (metadata.get('namespace') or 'default', metadata.get('name'))
+
+
+def _running(pod):
+    return (pod.get('status') or {}).get('phase') not in FINISHED_PHASES
+
+
+def _requests_gpu(pod):
+    spec = pod.get('spec') or {}
+    for container in list(spec.get('containers') or []) + list(spec.get('initContainers') or []):
+        resources = container.get('resources') or {}
+        for section in ('requests', 'limits'):
+            if any(is_gpu_resource(name) for name in resources.get(section) or {}):
+                return True
+    return False
+
+
+def _selector_keys(pod):
+    """The node label keys a pod's scheduling requires (nodeSelector and required node affinity)."""
+    spec = pod.get('spec') or {}
+    keys = set(spec.get('nodeSelector') or {})
+    required = (((spec.get('affinity') or {}).get('nodeAffinity') or {})
+                .get('requiredDuringSchedulingIgnoredDuringExecution') or {})
+    for term in required.get('nodeSelectorTerms') or []:
+        keys.update(expr.get('key') for expr in term.get('matchExpressions') or [])
+    return keys
+
+
+def _owner_kinds(pod):
+    return [owner.get('kind') for owner in (pod.get('metadata') or {}).get('ownerReferences') or []]
+
+
+def _controller(pod):
+    for owner in (pod.get('metadata') or {}).get('ownerReferences') or []:
+        if owner.get('controller'):
+            return owner
+    return None
 
 
 def gpu_pods(pods, names=None):
@@ -29,22 +76,13 @@ def gpu_pods(pods, names=None):
     found = []
     for pod in pods or []:
         metadata = pod.get('metadata') or {}
-        spec = pod.get('spec') or {}
-        if (pod.get('status') or {}).get('phase') in ('Succeeded', 'Failed'):
-            continue
-        if any(owner.get('kind') == 'DaemonSet' for owner in metadata.get('ownerReferences') or []):
+        if not _running(pod) or 'DaemonSet' in _owner_kinds(pod):
             continue
         known_as = set(['%s/%s' % (metadata.get('namespace', 'default'), metadata.get('name')), 'uid:%s' % metadata.get('uid')])
         if wanted is not None:
             if wanted & known_as:
                 found.append({'namespace': metadata.get('namespace', 'default'), 'name': metadata.get('name')})
             continue
-        containers = list(spec.get('containers') or []) + list(spec.get('initContainers') or [])
-        requested = set()
-        for container in containers:
-            resources = container.get('resources') or {}
-            for section in ('requests', 'limits'):
-                requested.update(resources.get(section) or {})
-        if any(is_gpu_resource(n) for n in requested):
+        if _requests_gpu(pod):
             found.append({'namespace': metadata.get('namespace', 'default'), 'name': metadata.get('name')})
     return sorted(found, key=lambda p: (p['namespace'], p['name']))

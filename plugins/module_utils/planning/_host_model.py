@@ -5,7 +5,7 @@
 # Private module utils of gpufleet.mig: the interface may change at any time.
 
 """What a host's GPUs hold: the processes on them (read from the backend's data, _nvml_backend.read_gpu) and
-the pods that hold them (:class:`HostHolders`, built by _pod_resources.allocations_of). One copy of each rule
+the pods that hold them (:class:`HostHolders`, built by _pod_allocations.allocations_of). One copy of each rule
 that reads them. No NVML, no Ansible imports.
 """
 

@@ -26,12 +26,9 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
-    MAX_COUNT,
-    LayoutConfigError,
-    choose_entry,
-    concrete_instances,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import MAX_COUNT, LayoutConfigError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry
 # The one rule for compute instance profiles NVML cannot list yet (no GPU instance of the profile exists).
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import derived_compute_profiles
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, plan_gpu

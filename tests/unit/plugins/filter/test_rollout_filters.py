@@ -13,12 +13,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.mig.plugins.filter.mig_layout import FilterModule
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
-    LayoutConfigError,
-    check_layout,
-    unknown_layout,
-    validate_configs,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, check_layout, unknown_layout, validate_configs
 
 FILTERS = FilterModule().filters()
 CATALOG = {

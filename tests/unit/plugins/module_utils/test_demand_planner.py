@@ -12,17 +12,11 @@ import random
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import (
-    DemandPlanError,
-    plan_demand,
-    pod_requests,
-)
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
-    check_layout,
-    concrete_instances,
-    match_gpus,
-    validate_configs,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError, pod_requests
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, validate_configs
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
 

@@ -19,16 +19,12 @@ import yaml
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     LayoutConfigError,
     check_layout,
-    choose_entry,
-    concrete_instances,
     layout_problems,
-    match_gpus,
-    memory_slices_of,
-    parse_device_id,
-    shape_name,
     validate_configs,
     validate_document,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances, shape_name
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry, match_gpus, memory_slices_of, parse_device_id
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, expand_layout
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog
 

@@ -19,12 +19,9 @@ import yaml
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _layout_metrics
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
-    concrete_instances,
-    choose_entry,
-    match_gpus,
-    validate_document,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry, match_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GpuInstanceProfile,

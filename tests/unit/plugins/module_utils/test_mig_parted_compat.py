@@ -20,15 +20,9 @@ import yaml
 
 from gpufleet_nvml_sim.models import MODELS
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
-    LayoutConfigError,
-    check_layout,
-    choose_entry,
-    concrete_instances,
-    layout_problems,
-    match_gpus,
-    validate_document,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, check_layout, layout_problems, validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry, match_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import expand_layout
 

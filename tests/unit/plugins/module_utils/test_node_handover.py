@@ -8,6 +8,9 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_advertisement as node_advertisement
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_events as node_events
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_evictions as node_evictions
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_handover as h
 
 NODE = 'gpu-1'
@@ -120,7 +123,7 @@ def test_a_gpu_waiting_for_its_mode_step_or_no_step_at_all_is_not_create_only():
 
 def test_create_only_evicts_nobody_even_when_pods_are_named():
     pods = [pod('a'), pod('b')]
-    plan = h.EvictionPlan(pods, 'create_only', ['ml/a'], node=NODE).as_dict()
+    plan = node_evictions.EvictionPlan(pods, 'create_only', ['ml/a'], node=NODE).as_dict()
     assert plan['evict'] == [] and plan['refused'] == [] and plan['problem'] is None
     assert plan['gpu_pods'] == ['ml/a', 'ml/b']
 
@@ -146,7 +149,7 @@ def test_switch_unknown_option_refused():
 
 def test_in_place_evicts_only_the_named_pods_by_name_or_uid():
     pods = [pod('a'), pod('b'), pod('c'), pod('cpu', gpu=None)]
-    plan = h.EvictionPlan(pods, 'in_place', ['ml/a', 'uid:uid-c'], node=NODE)
+    plan = node_evictions.EvictionPlan(pods, 'in_place', ['ml/a', 'uid:uid-c'], node=NODE)
     assert [p['name'] for p in plan.evict] == ['a', 'c']
     assert plan.evict[0] == {'namespace': 'ml', 'name': 'a', 'uid': 'uid-a'}
     assert plan.refused == [] and plan.problem() is None
@@ -155,7 +158,7 @@ def test_in_place_evicts_only_the_named_pods_by_name_or_uid():
 
 def test_decided_after_the_cordon_a_pod_named_but_gone_from_the_list_is_refused():
     # Item 5: the names come from a decision after the cordon; one the API no longer lists is not silently skipped.
-    plan = h.EvictionPlan([pod('a')], 'in_place', ['ml/a', 'ml/ghost'], node=NODE)
+    plan = node_evictions.EvictionPlan([pod('a')], 'in_place', ['ml/a', 'ml/ghost'], node=NODE)
     assert [r['pod'] for r in plan.refused] == ['ml/ghost']
     assert 'lists no such running pod' in plan.problem()
 
@@ -163,28 +166,28 @@ def test_decided_after_the_cordon_a_pod_named_but_gone_from_the_list_is_refused(
 def test_drain_evicts_every_running_gpu_pod_but_not_finished_or_cpu_pods():
     pods = [pod('a'), pod('done', phase='Succeeded'), pod('cpu', gpu=None), pod('shared', gpu='nvidia.com/mig-1g.10gb.shared'),
             pod('net', gpu='nvidia.com/hostdev')]
-    plan = h.EvictionPlan(pods, 'drain', node=NODE)
+    plan = node_evictions.EvictionPlan(pods, 'drain', node=NODE)
     assert [p['name'] for p in plan.evict] == ['a', 'shared']
 
 
 def test_reboot_evicts_every_running_pod_a_drain_moves():
     pods = [pod('a'), pod('cpu', gpu=None), pod('done', gpu=None, phase='Succeeded'), pod('ds', owner='DaemonSet'),
             pod('static', owner='Node'), pod('mirror', owner=None, annotations={'kubernetes.io/config.mirror': 'abc'})]
-    plan = h.EvictionPlan(pods, 'reboot', node=NODE)
+    plan = node_evictions.EvictionPlan(pods, 'reboot', node=NODE)
     # DaemonSet and static pods come back with the node: left alone, not refused (kubectl drain --ignore-daemonsets).
     assert [p['name'] for p in plan.evict] == ['a', 'cpu'] and plan.refused == [] and plan.problem() is None
     assert plan.gpu_pods == ['ml/a', 'ml/ds', 'ml/mirror', 'ml/static']
     # A bare pod or emptyDir data only with the user's consent, as kubectl drain --force --delete-emptydir-data.
-    bare = h.EvictionPlan(pods + [pod('bare', owner=None, gpu=None)], 'reboot', node=NODE)
+    bare = node_evictions.EvictionPlan(pods + [pod('bare', owner=None, gpu=None)], 'reboot', node=NODE)
     assert [r['pod'] for r in bare.refused] == ['ml/bare']
     assert bare.problem().startswith('pod(s) the reboot would end cannot be moved from node gpu-1, so nobody was evicted '
                                      'and the host was not rebooted: ml/bare: no controller')
-    assert [p['name'] for p in h.EvictionPlan(pods + [pod('bare', owner=None, gpu=None)], 'reboot', force=True).evict] == [
+    assert [p['name'] for p in node_evictions.EvictionPlan(pods + [pod('bare', owner=None, gpu=None)], 'reboot', force=True).evict] == [
         'a', 'bare', 'cpu']
 
 
 def test_repack_evicts_nobody():
-    plan = h.EvictionPlan([pod('a')], 'repack', ['ml/a'])
+    plan = node_evictions.EvictionPlan([pod('a')], 'repack', ['ml/a'])
     assert plan.evict == [] and plan.refused == [] and plan.gpu_pods == ['ml/a']
 
 
@@ -197,7 +200,7 @@ def test_repack_evicts_nobody():
 ])
 def test_a_pod_the_drain_would_not_move_refuses_everyone_before_any_eviction(victim, reason):
     name = victim['metadata']['name']
-    plan = h.EvictionPlan([pod('a'), victim], 'in_place', ['ml/a', 'ml/' + name], node=NODE)
+    plan = node_evictions.EvictionPlan([pod('a'), victim], 'in_place', ['ml/a', 'ml/' + name], node=NODE)
     assert [p['name'] for p in plan.evict] == ['a']
     assert [r['pod'] for r in plan.refused] == ['ml/' + name]
     problem = plan.as_dict()['problem']
@@ -206,7 +209,7 @@ def test_a_pod_the_drain_would_not_move_refuses_everyone_before_any_eviction(vic
 
 
 def test_drain_refuses_a_gpu_daemonset_pod_too():
-    plan = h.EvictionPlan([pod('ds', owner='DaemonSet')], 'drain', node=NODE)
+    plan = node_evictions.EvictionPlan([pod('ds', owner='DaemonSet')], 'drain', node=NODE)
     assert plan.evict == [] and [r['pod'] for r in plan.refused] == ['ml/ds']
 
 
@@ -214,30 +217,30 @@ def test_bare_and_emptydir_pods_are_evicted_when_the_user_says_so():
     pods = [pod('bare', owner=None), pod('scratch', volumes=[{'name': 's', 'emptyDir': {}}]),
             pod('cm', volumes=[{'name': 'c', 'configMap': {'name': 'x'}}])]
     names = ['ml/bare', 'ml/scratch', 'ml/cm']
-    assert [r['pod'] for r in h.EvictionPlan(pods, 'in_place', names, force=True).refused] == ['ml/scratch']
-    assert [r['pod'] for r in h.EvictionPlan(pods, 'in_place', names, delete_emptydir_data=True).refused] == ['ml/bare']
-    assert h.EvictionPlan(pods, 'in_place', names, force=True, delete_emptydir_data=True).refused == []
+    assert [r['pod'] for r in node_evictions.EvictionPlan(pods, 'in_place', names, force=True).refused] == ['ml/scratch']
+    assert [r['pod'] for r in node_evictions.EvictionPlan(pods, 'in_place', names, delete_emptydir_data=True).refused] == ['ml/bare']
+    assert node_evictions.EvictionPlan(pods, 'in_place', names, force=True, delete_emptydir_data=True).refused == []
 
 
 def test_an_owner_that_is_not_the_controller_does_not_count():
     bare = pod('bare', owner=None)
     bare['metadata']['ownerReferences'] = [{'kind': 'ConfigMap', 'name': 'x'}]
-    assert [r['pod'] for r in h.EvictionPlan([bare], 'in_place', ['ml/bare']).refused] == ['ml/bare']
+    assert [r['pod'] for r in node_evictions.EvictionPlan([bare], 'in_place', ['ml/bare']).refused] == ['ml/bare']
 
 
 def test_a_paused_components_pod_goes_with_the_pause_not_by_eviction():
     label = 'nvidia.com/gpu.deploy.dcgm-exporter'
     exporter = pod('dcgm-exporter-x', owner='DaemonSet', node_selector={label: 'true'})
-    plan = h.EvictionPlan([exporter, pod('a')], 'in_place', ['ml/dcgm-exporter-x', 'ml/a'], paused_labels=[label])
+    plan = node_evictions.EvictionPlan([exporter, pod('a')], 'in_place', ['ml/dcgm-exporter-x', 'ml/a'], paused_labels=[label])
     assert [p['name'] for p in plan.evict] == ['a'] and plan.refused == []
     assert plan.gpu_pods == ['ml/a']
     # Not paused: the same pod is refused.
-    assert [r['pod'] for r in h.EvictionPlan([exporter], 'in_place', ['ml/dcgm-exporter-x']).refused] == ['ml/dcgm-exporter-x']
+    assert [r['pod'] for r in node_evictions.EvictionPlan([exporter], 'in_place', ['ml/dcgm-exporter-x']).refused] == ['ml/dcgm-exporter-x']
 
 
 def test_bad_mode_refused():
     with pytest.raises(h.HandoverError):
-        h.EvictionPlan([], None)
+        node_evictions.EvictionPlan([], None)
 
 
 # --- the dry-run answers (item 4) ---------------------------------------------------------------------
@@ -248,16 +251,16 @@ PDB_REFUSAL = {'pod': 'ml/guarded-d', 'allowed': False, 'status': 429,
 
 
 def test_eviction_problem_names_the_pod_and_the_budget():
-    problem = h.eviction_problem([{'pod': 'ml/a', 'allowed': True, 'status': 201}, PDB_REFUSAL], NODE)
+    problem = node_evictions.eviction_problem([{'pod': 'ml/a', 'allowed': True, 'status': 201}, PDB_REFUSAL], NODE)
     assert problem == ("the API server refused the eviction (tried as a dry run first) of a pod on node gpu-1: ml/guarded-d: HTTP 429 "
                        "Cannot evict pod as it would violate the pod's disruption budget (The disruption budget guarded-d needs 1 "
                        "healthy pods and has 1 currently); nobody was evicted and no GPU was changed")
 
 
 def test_eviction_problem_none_when_all_allowed_and_counts_refusals():
-    assert h.eviction_problem([{'pod': 'ml/a', 'allowed': True}], NODE) is None
+    assert node_evictions.eviction_problem([{'pod': 'ml/a', 'allowed': True}], NODE) is None
     other = {'pod': 'ml/b', 'allowed': False, 'status': 403, 'message': 'forbidden', 'causes': []}
-    problem = h.eviction_problem([PDB_REFUSAL, other], NODE, dry_run=False)
+    problem = node_evictions.eviction_problem([PDB_REFUSAL, other], NODE, dry_run=False)
     assert 'of 2 pods on node gpu-1' in problem and 'ml/b: HTTP 403 forbidden' in problem
     assert problem.endswith('the pods before it were evicted; no GPU was changed')
 
@@ -266,14 +269,14 @@ def test_pods_left_after_eviction_by_uid():
     evicted = [{'namespace': 'ml', 'name': 'a', 'uid': 'uid-a'}, {'namespace': 'ml', 'name': 'b', 'uid': 'uid-b'}]
     # b was replaced by a new pod of the same name (another UID): not the evicted one.
     pods = [pod('a'), pod('b', uid='uid-b2'), pod('c'), pod('a-done', uid='uid-b', phase='Failed')]
-    assert h.pods_left(pods, evicted) == ['ml/a']
+    assert node_evictions.pods_left(pods, evicted) == ['ml/a']
 
 
 def test_pods_in_the_way_of_a_reboot():
     pods = [pod('a'), pod('ds', owner='DaemonSet'), pod('static', owner='Node'),
             pod('mirror', owner=None, annotations={'kubernetes.io/config.mirror': 'x'}), pod('done', phase='Succeeded'),
             pod('cpu', gpu=None)]
-    assert h.pods_in_the_way_of_reboot(pods) == ['ml/a', 'ml/cpu']
+    assert node_evictions.pods_in_the_way_of_reboot(pods) == ['ml/a', 'ml/cpu']
 
 
 # --- the components to pause and restore (item 6, section 3) ----------------------------------------
@@ -316,36 +319,36 @@ EXPECTED = {'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-
 
 def test_seven_to_four_does_not_pass_while_destroyed_uuids_are_advertised():
     advertised = {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d', 'MIG-e', 'MIG-f', 'MIG-g']}
-    result = h.Advertisement(EXPECTED, advertised)
+    result = node_advertisement.Advertisement(EXPECTED, advertised)
     assert not result.matches
     assert result.stale == {'nvidia.com/mig-1g.10gb': ['MIG-e', 'MIG-f', 'MIG-g']} and result.missing == {}
     assert result.problem() == 'still advertised although gone: nvidia.com/mig-1g.10gb MIG-e, MIG-f, MIG-g'
 
 
 def test_every_new_instance_must_be_advertised():
-    result = h.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b', 'MIG-c']})
+    result = node_advertisement.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b', 'MIG-c']})
     assert result.missing == {'nvidia.com/mig-1g.10gb': ['MIG-d']}
     assert result.problem() == 'not advertised yet: nvidia.com/mig-1g.10gb MIG-d'
 
 
 def test_exact_sets_match_by_strategy_shared_names_and_replicas():
-    assert h.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['MIG-d', 'MIG-c', 'MIG-b', 'MIG-a']}).matches
-    assert h.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['0:0', '0:1', '0:2', '0:3']}, 'index').matches
-    assert not h.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['0:0', '0:1', '0:2', '0:3']}, 'uuid').matches
+    assert node_advertisement.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['MIG-d', 'MIG-c', 'MIG-b', 'MIG-a']}).matches
+    assert node_advertisement.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['0:0', '0:1', '0:2', '0:3']}, 'index').matches
+    assert not node_advertisement.Advertisement(EXPECTED, {'nvidia.com/mig-1g.10gb': ['0:0', '0:1', '0:2', '0:3']}, 'uuid').matches
     shared = {'nvidia.com/mig-1g.10gb.shared': ['MIG-%s::%d' % (u, r) for u in 'abcd' for r in range(2)],
               'nvidia.com/hostdev': ['x']}
-    assert h.Advertisement(EXPECTED, shared).matches
+    assert node_advertisement.Advertisement(EXPECTED, shared).matches
 
 
 def test_a_profile_advertised_under_another_resource_is_both_missing_and_stale():
-    result = h.Advertisement(EXPECTED, {'nvidia.com/mig-2g.20gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']})
+    result = node_advertisement.Advertisement(EXPECTED, {'nvidia.com/mig-2g.20gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']})
     assert result.missing == {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']}
     assert result.stale == {'nvidia.com/mig-2g.20gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']}
 
 
 def test_bad_strategy_refused():
     with pytest.raises(h.HandoverError, match='uuid or index'):
-        h.Advertisement(EXPECTED, {}, 'serial')
+        node_advertisement.Advertisement(EXPECTED, {}, 'serial')
 
 
 # --- the requested layout (section 3) -----------------------------------------------------------------
@@ -472,11 +475,11 @@ def test_decision_retry_installs_a_missing_package_or_drains_where_allowed():
 
 
 def test_decision_retry_reads_the_words_the_producers_write():
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources as pr
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_allocations as pr_allocations
     host = {'gpus': [{'index': 0, 'uuid': 'GPU-0', 'minor_number': 0, 'gpu_instances': [], 'processes': []}]}
-    with pytest.raises(pr.UnknownDeviceIds) as unknown:
-        pr.allocations_of(host, [{'namespace': 'ml', 'pod': 'a', 'container': 'c', 'resource': 'nvidia.com/gpu',
-                                  'device_ids': ['GPU-gone']}])
+    with pytest.raises(pr_allocations.UnknownDeviceIds) as unknown:
+        pr_allocations.allocations_of(host, [{'namespace': 'ml', 'pod': 'a', 'container': 'c', 'resource': 'nvidia.com/gpu',
+                                              'device_ids': ['GPU-gone']}])
     assert h.decision_retry(str(unknown.value), True, False, True)['drain_instead']
 
 
@@ -504,22 +507,22 @@ def test_recovery_of_a_node_left_handed_over():
 
 def test_node_event_lives_in_default_and_pod_event_in_its_namespace():
     stamp = '2026-12-03T20:10:00.123456Z'
-    ev = h.event(node(), 'MIGChangeStarted', 'layout nighttime', stamp, 2)
+    ev = node_events.event(node(), 'MIGChangeStarted', 'layout nighttime', stamp, 2)
     assert ev['metadata'] == {'name': 'gpu-1.mig.20261203201000123456.2', 'namespace': 'default'}
     assert ev['regarding'] == {'apiVersion': 'v1', 'kind': 'Node', 'name': 'gpu-1', 'uid': 'node-uid'}
     assert (ev['apiVersion'], ev['type'], ev['eventTime'], ev['reportingController']) == (
         'events.k8s.io/v1', 'Normal', stamp, 'gpufleet.mig/mig-layout')
-    pev = h.event(pod('a'), 'EvictedForMIGChange', 'n' * 2000, stamp, warning=True)
+    pev = node_events.event(pod('a'), 'EvictedForMIGChange', 'n' * 2000, stamp, warning=True)
     assert pev['metadata']['namespace'] == 'ml' and pev['regarding']['namespace'] == 'ml'
     assert pev['type'] == 'Warning' and len(pev['note']) == 1024
 
 
 def test_allocatable_counts_where_no_device_ids_are_expected():
     expected = {'nvidia.com/mig-1g.10gb': 4, 'nvidia.com/mig-3g.40gb': 1, 'nvidia.com/mig-7g.80gb': 0}
-    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '4', 'nvidia.com/mig-3g.40gb': '1'}) == []
-    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb.shared': '8', 'nvidia.com/hostdev': '9'}) == [
+    assert node_advertisement.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '4', 'nvidia.com/mig-3g.40gb': '1'}) == []
+    assert node_advertisement.allocatable_short(expected, {'nvidia.com/mig-1g.10gb.shared': '8', 'nvidia.com/hostdev': '9'}) == [
         'nvidia.com/mig-3g.40gb: 0 advertised, 1 held']
-    assert h.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '3', 'nvidia.com/mig-3g.40gb': '1'}) == [
+    assert node_advertisement.allocatable_short(expected, {'nvidia.com/mig-1g.10gb': '3', 'nvidia.com/mig-3g.40gb': '1'}) == [
         'nvidia.com/mig-1g.10gb: 3 advertised, 4 held']
 
 
@@ -531,11 +534,11 @@ WHY = '7g.80gb: 1 device(s) for ml/big unmet: no GPU is free of pods; nearest is
 
 
 def test_an_unmet_pod_gets_a_warning_event_about_it_with_the_reason():
-    events = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big'), pod('other')], [], STAMP)
+    events = node_events.unmet_demand_events({'ml/big': [WHY]}, [pod('big'), pod('other')], [], STAMP)
     assert events['count'] == []
     [made] = events['create']
     assert made['regarding'] == {'apiVersion': 'v1', 'kind': 'Pod', 'name': 'big', 'namespace': 'ml', 'uid': 'uid-big'}
-    assert made['metadata']['namespace'] == 'ml' and made['metadata']['labels'] == {h.DEMAND_LABEL: 'true'}
+    assert made['metadata']['namespace'] == 'ml' and made['metadata']['labels'] == {node_events.DEMAND_LABEL: 'true'}
     assert made['metadata']['name'].startswith('big.migdemand.')
     assert (made['type'], made['reason'], made['reportingController']) == ('Warning', 'MIGDemandUnmet', 'gpufleet.mig/mig-demand')
     assert made['note'] == 'gpufleet.mig cannot give this pod its MIG devices: ' + WHY
@@ -543,33 +546,33 @@ def test_an_unmet_pod_gets_a_warning_event_about_it_with_the_reason():
 
 
 def test_the_same_reason_next_run_counts_the_event_again_instead_of_a_new_one():
-    first = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], STAMP)['create'][0]
-    again = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [first], LATER)
+    first = node_events.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], STAMP)['create'][0]
+    again = node_events.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [first], LATER)
     assert again['create'] == []
     assert again['count'] == [{'namespace': 'ml', 'name': first['metadata']['name'],
                                'series': {'count': 2, 'lastObservedTime': LATER}}]
     counted = dict(first, series={'count': 2, 'lastObservedTime': LATER})
-    assert h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [counted], LATER)['count'][0]['series']['count'] == 3
+    assert node_events.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [counted], LATER)['count'][0]['series']['count'] == 3
     # The name depends on the reason only, not on the run's time.
-    assert h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], LATER)['create'][0]['metadata']['name'] == first['metadata']['name']
+    assert node_events.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], LATER)['create'][0]['metadata']['name'] == first['metadata']['name']
 
 
 def test_a_changed_reason_or_another_pod_of_the_same_name_is_a_new_event():
-    first = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], STAMP)['create'][0]
-    changed = h.unmet_demand_events({'ml/big': [WHY.replace('3 pod(s)', '2 pod(s)')]}, [pod('big')], [first], LATER)
+    first = node_events.unmet_demand_events({'ml/big': [WHY]}, [pod('big')], [], STAMP)['create'][0]
+    changed = node_events.unmet_demand_events({'ml/big': [WHY.replace('3 pod(s)', '2 pod(s)')]}, [pod('big')], [first], LATER)
     assert changed['count'] == [] and changed['create'][0]['metadata']['name'] != first['metadata']['name']
-    recreated = h.unmet_demand_events({'ml/big': [WHY]}, [pod('big', uid='uid-new')], [first], LATER)
+    recreated = node_events.unmet_demand_events({'ml/big': [WHY]}, [pod('big', uid='uid-new')], [first], LATER)
     assert recreated['count'] == [] and recreated['create'][0]['regarding']['uid'] == 'uid-new'
 
 
 def test_a_pod_bound_or_gone_meanwhile_or_without_reason_is_told_nothing():
-    assert h.unmet_demand_events({'ml/big': [WHY]}, [pod('other')], [], STAMP) == {'create': [], 'count': []}
-    assert h.unmet_demand_events({'ml/big': []}, [pod('big')], [], STAMP) == {'create': [], 'count': []}
-    assert h.unmet_demand_events(None, None, None, STAMP) == {'create': [], 'count': []}
+    assert node_events.unmet_demand_events({'ml/big': [WHY]}, [pod('other')], [], STAMP) == {'create': [], 'count': []}
+    assert node_events.unmet_demand_events({'ml/big': []}, [pod('big')], [], STAMP) == {'create': [], 'count': []}
+    assert node_events.unmet_demand_events(None, None, None, STAMP) == {'create': [], 'count': []}
 
 
 def test_unmet_demand_event_names_and_notes_stay_within_the_api_limits():
     long_name = 'x' * 253
-    made = h.unmet_demand_events({'ml/' + long_name: [WHY] * 20}, [pod(long_name)], [], STAMP)['create'][0]
+    made = node_events.unmet_demand_events({'ml/' + long_name: [WHY] * 20}, [pod(long_name)], [], STAMP)['create'][0]
     assert len(made['metadata']['name']) <= 253 and made['metadata']['name'].endswith(made['metadata']['name'][-16:])
-    assert len(made['note']) == h.EVENT_NOTE_LIMIT and made['note'].endswith('...')
+    assert len(made['note']) == node_events.EVENT_NOTE_LIMIT and made['note'].endswith('...')

@@ -19,7 +19,10 @@ from concurrent import futures
 import grpc
 import pytest
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_allocations as pr_allocations
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_cgroups as pr_cgroups
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources as pr
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources_wire as pr_wire
 
 MIG_A = 'MIG-4f8a6c2e-0b1d-5e7f-9a3c-1d2e3f4a5b6c'
 MIG_B = 'MIG-9e8d7c6b-5a4f-5e3d-8c2b-1a0f9e8d7c6b'
@@ -38,28 +41,28 @@ MIG_C = 'MIG-0a1b2c3d-4e5f-5a6b-9c8d-7e6f5a4b3c2d'
     (2 ** 64 - 1, b'\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01'),
 ])
 def test_varint_known_encodings_round_trip(value, wire):
-    assert pr.encode_varint(value) == wire
-    assert pr.decode_varint(wire + b'rest') == (value, len(wire))
+    assert pr_wire.encode_varint(value) == wire
+    assert pr_wire.decode_varint(wire + b'rest') == (value, len(wire))
 
 
 def test_negative_varint_is_int64_twos_complement():
-    wire = pr.encode_varint(-1)
+    wire = pr_wire.encode_varint(-1)
     assert wire == b'\xff' * 9 + b'\x01'
-    value, end = pr.decode_varint(wire)
+    value, end = pr_wire.decode_varint(wire)
     assert end == 10
-    assert pr.as_int64(value) == -1
-    assert pr.as_int64(pr.decode_varint(pr.encode_varint(-(2 ** 63)))[0]) == -(2 ** 63)
+    assert pr_wire.as_int64(value) == -1
+    assert pr_wire.as_int64(pr_wire.decode_varint(pr_wire.encode_varint(-(2 ** 63)))[0]) == -(2 ** 63)
 
 
 @pytest.mark.parametrize('bad', [True, 1.5, '1', None])
 def test_varint_rejects_non_ints(bad):
     with pytest.raises(TypeError, match='varint value must be an int'):
-        pr.encode_varint(bad)
+        pr_wire.encode_varint(bad)
 
 
 def test_varint_rejects_values_over_64_bits():
     with pytest.raises(ValueError, match='does not fit in 64 bits'):
-        pr.encode_varint(2 ** 64)
+        pr_wire.encode_varint(2 ** 64)
 
 
 @pytest.mark.parametrize('wire, message', [
@@ -69,40 +72,40 @@ def test_varint_rejects_values_over_64_bits():
     (b'\xff' * 9 + b'\x7f', 'longer than 64 bits'),
 ])
 def test_varint_decoding_errors(wire, message):
-    with pytest.raises(pr.ProtobufError, match=message):
-        pr.decode_varint(wire)
+    with pytest.raises(pr_wire.ProtobufError, match=message):
+        pr_wire.decode_varint(wire)
 
 
 def test_message_bytes_match_the_protobuf_wire_format():
     # ContainerDevices{resource_name: "a", device_ids: ["x", "yz"]}, as any protobuf library writes it.
-    assert pr.encode_container_devices('a', ['x', 'yz']) == b'\x0a\x01a\x12\x01x\x12\x02yz'
+    assert pr_wire.encode_container_devices('a', ['x', 'yz']) == b'\x0a\x01a\x12\x01x\x12\x02yz'
     # Field 3 as a varint: key (3 << 3 | 0) = 0x18.
-    assert pr.encode_message([(3, 150)]) == b'\x18\x96\x01'
-    assert pr.encode_message([(1, True), (2, False)]) == b'\x08\x01\x10\x00'
+    assert pr_wire.encode_message([(3, 150)]) == b'\x18\x96\x01'
+    assert pr_wire.encode_message([(1, True), (2, False)]) == b'\x08\x01\x10\x00'
 
 
 def test_message_round_trip_with_nesting_repetition_and_unicode():
-    inner = pr.encode_message([(1, 'nvidia.com/mig-1g.10gb'), (2, [MIG_A, MIG_B])])
-    outer = pr.encode_message([(1, 'pod-é'), (2, 7), (3, [inner, inner]), (4, b'\x00\xff'), (536870911, 'max')])
-    fields = pr.decode_message(outer)
-    assert pr.field_string(fields, 1) == 'pod-é'
-    assert pr.field_int(fields, 2) == 7
+    inner = pr_wire.encode_message([(1, 'nvidia.com/mig-1g.10gb'), (2, [MIG_A, MIG_B])])
+    outer = pr_wire.encode_message([(1, 'pod-é'), (2, 7), (3, [inner, inner]), (4, b'\x00\xff'), (536870911, 'max')])
+    fields = pr_wire.decode_message(outer)
+    assert pr_wire.field_string(fields, 1) == 'pod-é'
+    assert pr_wire.field_int(fields, 2) == 7
     assert fields[4] == [b'\x00\xff']
-    assert pr.field_string(fields, 536870911) == 'max'
-    nested = pr.field_messages(fields, 3)
+    assert pr_wire.field_string(fields, 536870911) == 'max'
+    nested = pr_wire.field_messages(fields, 3)
     assert len(nested) == 2
-    assert all(pr.field_strings(n, 2) == [MIG_A, MIG_B] for n in nested)
-    assert pr.field_string(fields, 99) == '' and pr.field_int(fields, 99) == 0 and pr.field_messages(fields, 99) == []
+    assert all(pr_wire.field_strings(n, 2) == [MIG_A, MIG_B] for n in nested)
+    assert pr_wire.field_string(fields, 99) == '' and pr_wire.field_int(fields, 99) == 0 and pr_wire.field_messages(fields, 99) == []
 
 
 def test_decoding_keeps_fixed_width_fields_raw_and_the_last_singular_value_wins():
     # field 1 fixed64, field 2 fixed32, field 3 twice as a varint.
     data = b'\x09' + b'\x01' * 8 + b'\x15' + b'\x02' * 4 + b'\x18\x05\x18\x06'
-    fields = pr.decode_message(data)
+    fields = pr_wire.decode_message(data)
     assert fields[1] == [b'\x01' * 8]
     assert fields[2] == [b'\x02' * 4]
-    assert pr.field_int(fields, 3) == 6
-    assert pr.field_bool(fields, 3) is True
+    assert pr_wire.field_int(fields, 3) == 6
+    assert pr_wire.field_bool(fields, 3) is True
 
 
 @pytest.mark.parametrize('data, message', [
@@ -113,18 +116,18 @@ def test_decoding_keeps_fixed_width_fields_raw_and_the_last_singular_value_wins(
     (b'\x08', 'truncated varint'),
 ])
 def test_malformed_messages_are_rejected(data, message):
-    with pytest.raises(pr.ProtobufError, match=message):
-        pr.decode_message(data)
+    with pytest.raises(pr_wire.ProtobufError, match=message):
+        pr_wire.decode_message(data)
 
 
 def test_field_type_mismatches_are_reported():
-    fields = pr.decode_message(pr.encode_message([(1, 5), (2, b'\xff\xfe')]))
-    with pytest.raises(pr.ProtobufError, match='field 1 is not a message'):
-        pr.field_messages(fields, 1)
-    with pytest.raises(pr.ProtobufError, match='field 2 is not a UTF-8 string'):
-        pr.field_strings(fields, 2)
-    with pytest.raises(pr.ProtobufError, match='field 2 is not a varint'):
-        pr.field_int(fields, 2)
+    fields = pr_wire.decode_message(pr_wire.encode_message([(1, 5), (2, b'\xff\xfe')]))
+    with pytest.raises(pr_wire.ProtobufError, match='field 1 is not a message'):
+        pr_wire.field_messages(fields, 1)
+    with pytest.raises(pr_wire.ProtobufError, match='field 2 is not a UTF-8 string'):
+        pr_wire.field_strings(fields, 2)
+    with pytest.raises(pr_wire.ProtobufError, match='field 2 is not a varint'):
+        pr_wire.field_int(fields, 2)
 
 
 @pytest.mark.parametrize('fields, error', [
@@ -134,36 +137,36 @@ def test_field_type_mismatches_are_reported():
 ])
 def test_encoding_rejects_bad_fields(fields, error):
     with pytest.raises((ValueError, TypeError), match=error):
-        pr.encode_message(fields)
+        pr_wire.encode_message(fields)
 
 
 def _kubelet_style_list_response():
     """A List answer shaped as the kubelet sends it: one ContainerDevices per device, each with its
     NUMA topology, plus cpu ids (packed) and memory that the client must skip."""
-    topology = pr.encode_message([(1, [pr.encode_message([(1, 0)])])])
+    topology = pr_wire.encode_message([(1, [pr_wire.encode_message([(1, 0)])])])
 
     def device(resource, device_id):
-        return pr.encode_message([(1, resource), (2, [device_id]), (3, topology)])
+        return pr_wire.encode_message([(1, resource), (2, [device_id]), (3, topology)])
 
-    memory = pr.encode_message([(1, 'memory'), (2, 1 << 30), (3, topology)])
-    packed_cpus = pr.encode_varint(2) + pr.encode_varint(3)
-    train = pr.encode_message([
+    memory = pr_wire.encode_message([(1, 'memory'), (2, 1 << 30), (3, topology)])
+    packed_cpus = pr_wire.encode_varint(2) + pr_wire.encode_varint(3)
+    train = pr_wire.encode_message([
         (1, 'train'),
         (2, [device('nvidia.com/mig-1g.10gb', MIG_A), device('nvidia.com/mig-1g.10gb', MIG_B),
              device('nvidia.com/mig-3g.40gb', MIG_C)]),
         (3, packed_cpus),
         (4, memory),
     ])
-    sidecar = pr.encode_message([(1, 'sidecar')])
+    sidecar = pr_wire.encode_message([(1, 'sidecar')])
     pods = [
-        pr.encode_message([(1, 'trainer-0'), (2, 'ml'), (3, [train, sidecar])]),
-        pr.encode_message([(1, 'web'), (2, 'default'), (3, [pr.encode_message([(1, 'nginx'), (3, packed_cpus)])])]),
+        pr_wire.encode_message([(1, 'trainer-0'), (2, 'ml'), (3, [train, sidecar])]),
+        pr_wire.encode_message([(1, 'web'), (2, 'default'), (3, [pr_wire.encode_message([(1, 'nginx'), (3, packed_cpus)])])]),
     ]
-    return pr.encode_message([(1, pods)])
+    return pr_wire.encode_message([(1, pods)])
 
 
 def test_list_response_merges_per_device_entries_and_skips_cpu_and_memory():
-    assert pr.parse_list_response(_kubelet_style_list_response()) == [
+    assert pr_wire.parse_list_response(_kubelet_style_list_response()) == [
         {'namespace': 'ml', 'pod': 'trainer-0', 'container': 'train', 'resource': 'nvidia.com/mig-1g.10gb',
          'device_ids': [MIG_A, MIG_B]},
         {'namespace': 'ml', 'pod': 'trainer-0', 'container': 'train', 'resource': 'nvidia.com/mig-3g.40gb',
@@ -175,21 +178,21 @@ def test_list_response_encoder_is_the_inverse_of_the_parser():
     allocations = [{'namespace': 'ml', 'pod': 'p', 'containers': [
         {'name': 'a', 'devices': {'nvidia.com/mig-1g.10gb': ['0:1', '0:2'], 'nvidia.com/gpu': ['GPU-1']}},
         {'name': 'b', 'devices': {}}]}]
-    assert pr.parse_list_response(pr.encode_list_response(allocations)) == [
+    assert pr_wire.parse_list_response(pr_wire.encode_list_response(allocations)) == [
         {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'resource': 'nvidia.com/gpu', 'device_ids': ['GPU-1']},
         {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'resource': 'nvidia.com/mig-1g.10gb',
          'device_ids': ['0:1', '0:2']},
     ]
-    assert pr.parse_list_response(pr.encode_list_response([])) == []
+    assert pr_wire.parse_list_response(pr_wire.encode_list_response([])) == []
 
 
 def test_allocatable_response_round_trip_and_merge():
     devices = {'nvidia.com/mig-1g.10gb': [MIG_A, MIG_B], 'nvidia.com/mig-3g.40gb': [MIG_C]}
-    assert pr.parse_allocatable_response(pr.encode_allocatable_response(devices)) == devices
+    assert pr_wire.parse_allocatable_response(pr_wire.encode_allocatable_response(devices)) == devices
     # One entry per device, as the kubelet sends them, plus cpu ids (field 2): merged, cpus ignored.
-    split = pr.encode_message([(1, [pr.encode_container_devices('r', ['1']), pr.encode_container_devices('r', ['2']),
-                                    pr.encode_container_devices('r', ['1'])]), (2, pr.encode_varint(4))])
-    assert pr.parse_allocatable_response(split) == {'r': ['1', '2']}
+    split = pr_wire.encode_message([(1, [pr_wire.encode_container_devices('r', ['1']), pr_wire.encode_container_devices('r', ['2']),
+                                    pr_wire.encode_container_devices('r', ['1'])]), (2, pr_wire.encode_varint(4))])
+    assert pr_wire.parse_allocatable_response(split) == {'r': ['1', '2']}
 
 
 # ---- a real gRPC server on a unix socket -------------------------------------------------------
@@ -267,13 +270,13 @@ def test_list_pod_devices_against_a_real_grpc_server(kubelet):
 
 def test_allocatable_devices_against_a_real_grpc_server(kubelet):
     devices = {'nvidia.com/mig-1g.10gb': [MIG_A, MIG_B, MIG_C]}
-    server = kubelet(allocatable_answer=pr.encode_allocatable_response(devices))
+    server = kubelet(allocatable_answer=pr_wire.encode_allocatable_response(devices))
     assert pr.allocatable_devices(server.path) == devices
     assert server.calls == [('GetAllocatableResources', b'')]
 
 
 def test_an_idle_node_lists_nothing(kubelet):
-    server = kubelet(list_answer=pr.encode_list_response([]), allocatable_answer=b'')
+    server = kubelet(list_answer=pr_wire.encode_list_response([]), allocatable_answer=b'')
     assert pr.list_pod_devices(server.path) == []
     assert pr.allocatable_devices(server.path) == {}
 
@@ -413,13 +416,13 @@ def fake_proc(tmp_path, processes):
      {'pod_uid': '0123456789abcdef0123456789abcdef', 'container_id': CID, 'qos': 'burstable'}),
 ])
 def test_pods_of_pids_reads_each_cgroup_layout(tmp_path, lines, expected):
-    assert pr.pods_of_pids([4242], proc_root=fake_proc(tmp_path, {4242: lines})) == {4242: expected}
+    assert pr_cgroups.pods_of_pids([4242], proc_root=fake_proc(tmp_path, {4242: lines})) == {4242: expected}
 
 
 def test_a_v1_line_naming_the_container_beats_one_naming_only_the_pod(tmp_path):
     proc = fake_proc(tmp_path, {7: ['3:freezer:/kubepods/besteffort/pod%s' % UID,
                                     '2:memory:/kubepods/besteffort/pod%s/%s' % (UID, CID)]})
-    assert pr.pods_of_pids([7], proc_root=proc)[7]['container_id'] == CID
+    assert pr_cgroups.pods_of_pids([7], proc_root=proc)[7]['container_id'] == CID
 
 
 def test_processes_outside_pods_and_vanished_ones_are_left_out(tmp_path):
@@ -430,23 +433,23 @@ def test_processes_outside_pods_and_vanished_ones_are_left_out(tmp_path):
         4: ['0::/kubepods/burstable/not-a-pod/%s' % CID],
         5: ['garbage line', '0::/kubepods/pod%s/%s' % (UID, CID)],
     })
-    assert pr.pods_of_pids([1, 2, 3, 4, 5, 999999], proc_root=proc) == {
+    assert pr_cgroups.pods_of_pids([1, 2, 3, 4, 5, 999999], proc_root=proc) == {
         5: {'pod_uid': UID, 'container_id': CID, 'qos': 'guaranteed'}}
 
 
 def test_pods_of_pids_on_this_machine_finds_no_pod_for_itself():
-    assert os.getpid() not in pr.pods_of_pids([os.getpid()])
+    assert os.getpid() not in pr_cgroups.pods_of_pids([os.getpid()])
 
 
 @pytest.mark.parametrize('pid', [0, -3, '12', 1.0, True])
 def test_pods_of_pids_rejects_bad_pids(tmp_path, pid):
     with pytest.raises(ValueError, match='pid must be a positive int'):
-        pr.pods_of_pids([pid], proc_root=fake_proc(tmp_path, {}))
+        pr_cgroups.pods_of_pids([pid], proc_root=fake_proc(tmp_path, {}))
 
 
 def test_pods_of_pids_without_a_proc_filesystem(tmp_path):
     with pytest.raises(pr.PodResourcesUnavailable, match='no proc filesystem at'):
-        pr.pods_of_pids([1], proc_root=str(tmp_path / 'missing'))
+        pr_cgroups.pods_of_pids([1], proc_root=str(tmp_path / 'missing'))
 
 
 # ---- allocations mapped to the host's GPUs ---------------------------------------------------------------
@@ -466,14 +469,14 @@ def _allocation(resource, device_ids, pod='p'):
 @pytest.mark.parametrize('device_id, by_index', [(MIG_A, False), ('0:0', True), (MIG_A + '::2', False), ('0:0::1', True)])
 def test_allocations_of_a_mig_device_by_uuid_index_or_replica(device_id, by_index):
     # A '<gpu>:<mig device>' id (with or without a replica) names a position that shifts: its pod is an index pod.
-    assert pr.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb', [device_id])]).as_dict() == {
+    assert pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb', [device_id])]).as_dict() == {
         'GPU-0': {'instances': {3: ['ns/p']}, 'gpu': [], 'index_pods': ['ns/p'] if by_index else []}}
 
 
 @pytest.mark.parametrize('device_id', ['GPU-1', '1', 'GPU-1::0'])
 def test_allocations_of_a_whole_gpu(device_id):
     # A whole GPU's index does not move when MIG instances change: no index pod.
-    assert pr.allocations_of(_host(), [_allocation('nvidia.com/gpu', [device_id])]).as_dict() == {
+    assert pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/gpu', [device_id])]).as_dict() == {
         'GPU-1': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}
 
 
@@ -481,27 +484,27 @@ def test_an_nvidia_device_id_that_matches_nothing_makes_the_allocations_unknown(
     allocations = [_allocation('nvidia.com/mig-1g.10gb', [MIG_A, MIG_B], pod='a'),
                    _allocation('nvidia.com/gpu', ['7'], pod='b'),
                    _allocation('example.com/nic', ['eth9'], pod='c')]
-    with pytest.raises(pr.UnknownDeviceIds) as error:
-        pr.allocations_of(_host(), allocations)
+    with pytest.raises(pr_allocations.UnknownDeviceIds) as error:
+        pr_allocations.allocations_of(_host(), allocations)
     message = str(error.value)
     assert '%s (nvidia.com/mig-1g.10gb of pod ns/a)' % MIG_B in message and '7 (nvidia.com/gpu of pod ns/b)' in message
     assert MIG_A + ' ' not in message and 'eth9' not in message and 'nothing is planned' in message
     # Other vendors' resources are none of ours, nor are NVIDIA's Network Operator resources.
-    assert pr.allocations_of(_host(), allocations[2:]).as_dict() == {}
+    assert pr_allocations.allocations_of(_host(), allocations[2:]).as_dict() == {}
     network = [_allocation('nvidia.com/rdma_shared_device_a', ['rdma0'], pod='d'), _allocation('nvidia.com/hostdev', ['0000:3b:00.2'], pod='e')]
-    assert pr.allocations_of(_host(), network).as_dict() == {}
+    assert pr_allocations.allocations_of(_host(), network).as_dict() == {}
     # Shared (renamed) GPU resources are checked like the plain ones.
-    with pytest.raises(pr.UnknownDeviceIds):
-        pr.allocations_of(_host(), [_allocation('nvidia.com/gpu.shared', ['9::0'], pod='f')])
-    with pytest.raises(pr.UnknownDeviceIds):
-        pr.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb.shared', ['MIG-nothing::1'], pod='g')])
+    with pytest.raises(pr_allocations.UnknownDeviceIds):
+        pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/gpu.shared', ['9::0'], pod='f')])
+    with pytest.raises(pr_allocations.UnknownDeviceIds):
+        pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb.shared', ['MIG-nothing::1'], pod='g')])
 
 
 def test_gpu_allocations_keep_gpu_resources_only():
     kept = [_allocation('nvidia.com/gpu', ['1']), _allocation('nvidia.com/mig-1g.10gb.shared', ['0:0::1']),
             _allocation('nvidia.com/gpu.shared', ['GPU-1::3'])]
     dropped = [_allocation('nvidia.com/hostdev', ['0000:3b:00.2']), _allocation('example.com/nic', ['eth9'])]
-    assert pr.gpu_allocations(dropped[:1] + kept + dropped[1:]) == kept
+    assert pr_allocations.gpu_allocations(dropped[:1] + kept + dropped[1:]) == kept
 
 
 def _advertising_host():
@@ -519,20 +522,20 @@ def _advertising_host():
 
 
 def test_node_resources_name_each_full_size_instance_by_its_profile():
-    assert pr.node_resources(_advertising_host()) == {'nvidia.com/mig-1g.10gb.me': 1, 'nvidia.com/mig-1g.10gb': 2, 'nvidia.com/gpu': 2}
+    assert pr_allocations.node_resources(_advertising_host()) == {'nvidia.com/mig-1g.10gb.me': 1, 'nvidia.com/mig-1g.10gb': 2, 'nvidia.com/gpu': 2}
 
 
 def test_expected_device_ids_per_id_strategy():
-    assert pr.expected_device_ids(_advertising_host()) == {
+    assert pr_allocations.expected_device_ids(_advertising_host()) == {
         'nvidia.com/mig-1g.10gb.me': {'uuid': ['MIG-3'], 'index': ['0:3']},
         'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-0', 'MIG-1'], 'index': ['0:0', '0:1']},
         'nvidia.com/gpu': {'uuid': ['GPU-1', 'GPU-2'], 'index': ['1', '2']},
     }
-    assert pr.expected_device_ids({'gpus': []}) == {}
+    assert pr_allocations.expected_device_ids({'gpus': []}) == {}
 
 
 def test_allocatable_gpu_device_ids_from_a_real_grpc_server(kubelet):
-    server = kubelet(allocatable_answer=pr.encode_allocatable_response({
+    server = kubelet(allocatable_answer=pr_wire.encode_allocatable_response({
         'nvidia.com/mig-1g.10gb': [MIG_B, MIG_A], 'nvidia.com/gpu.shared': ['GPU-1::1', 'GPU-1::0'],
         'nvidia.com/hostdev': ['0000:3b:00.2']}))
     assert pr.allocatable_gpu_device_ids(server.path, timeout=5) == {
@@ -571,15 +574,15 @@ def _claim(device, driver='gpu.nvidia.com', cdi=None, pod='p'):
 ])
 def test_a_dra_claimed_device_is_held_by_its_pod(claimed, held):
     # The GPU's minor number, not its NVML index, names it: gpu-0 is GPU 1 here.
-    assert pr.allocations_of(_dra_host(), [claimed]).as_dict() == held
+    assert pr_allocations.allocations_of(_dra_host(), [claimed]).as_dict() == held
 
 
 def test_dra_claims_of_other_drivers_are_none_of_ours():
     others = [_claim('channel-0', driver='compute-domain.nvidia.com'), _claim('gpu-0', driver='gpu.example.com')]
-    assert pr.allocations_of(_dra_host(), others).as_dict() == {}
-    assert pr.gpu_allocations(others) == []
+    assert pr_allocations.allocations_of(_dra_host(), others).as_dict() == {}
+    assert pr_allocations.gpu_allocations(others) == []
     mine = [_claim('gpu-4-mig-19-0-1'), _allocation('nvidia.com/mig-1g.10gb', [MIG_B])]
-    assert pr.gpu_allocations(others + mine) == mine
+    assert pr_allocations.gpu_allocations(others + mine) == mine
 
 
 @pytest.mark.parametrize('claimed, host, message', [
@@ -591,19 +594,19 @@ def test_dra_claims_of_other_drivers_are_none_of_ours():
     (_claim('gpu-4-mig-19-0-1'), _dra_host(minor0=None), 'NVML reported no minor number for some GPUs'),
 ])
 def test_a_dra_device_that_matches_nothing_makes_the_allocations_unknown(claimed, host, message):
-    with pytest.raises(pr.UnknownDeviceIds) as error:
-        pr.allocations_of(host, [claimed])
+    with pytest.raises(pr_allocations.UnknownDeviceIds) as error:
+        pr_allocations.allocations_of(host, [claimed])
     assert message in str(error.value) and 'nothing is planned' in str(error.value)
 
 
 def test_list_response_with_dynamic_resources_parses_both_kinds():
-    answer = pr.encode_list_response([{'namespace': 'ml', 'pod': 'p', 'containers': [
+    answer = pr_wire.encode_list_response([{'namespace': 'ml', 'pod': 'p', 'containers': [
         {'name': 'a', 'devices': {'nvidia.com/mig-1g.10gb': ['0:1']},
          'claims': {'ml/big': [{'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-0-mig-1g10gb-19-2',
                                 'cdi_devices': ['k8s.gpu.nvidia.com/device=gpu-0-mig-1g10gb-19-2']},
                                {'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-1'}]}},
         {'name': 'b', 'claims': {'ml/channel': [{'driver': 'compute-domain.nvidia.com', 'pool': 'node-a', 'device': 'channel-0'}]}}]}])
-    assert pr.parse_list_response(answer) == [
+    assert pr_wire.parse_list_response(answer) == [
         {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'resource': 'nvidia.com/mig-1g.10gb', 'device_ids': ['0:1']},
         {'namespace': 'ml', 'pod': 'p', 'container': 'a', 'claim': 'ml/big', 'driver': 'gpu.nvidia.com', 'pool': 'node-a',
          'device': 'gpu-0-mig-1g10gb-19-2', 'cdi_devices': ['k8s.gpu.nvidia.com/device=gpu-0-mig-1g10gb-19-2']},
@@ -612,7 +615,7 @@ def test_list_response_with_dynamic_resources_parses_both_kinds():
         {'namespace': 'ml', 'pod': 'p', 'container': 'b', 'claim': 'ml/channel', 'driver': 'compute-domain.nvidia.com',
          'pool': 'node-a', 'device': 'channel-0', 'cdi_devices': []},
     ]
-    assert [pr.is_claim(entry) for entry in pr.parse_list_response(answer)] == [False, True, True, True]
+    assert [pr_wire.is_claim(entry) for entry in pr_wire.parse_list_response(answer)] == [False, True, True, True]
 
 
 def test_dynamic_resources_bytes_match_the_v1_field_numbers():
@@ -624,14 +627,14 @@ def test_dynamic_resources_bytes_match_the_v1_field_numbers():
     container = b'\x0a\x01c\x2a' + bytes([len(claim)]) + claim
     pod = b'\x0a\x03pod\x12\x02ns\x1a' + bytes([len(container)]) + container
     answer = b'\x0a' + bytes([len(pod)]) + pod
-    assert pr.parse_list_response(answer) == [{'namespace': 'ns', 'pod': 'pod', 'container': 'c', 'claim': 'ns/n',
-                                               'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]
-    assert pr.encode_list_response([{'namespace': 'ns', 'pod': 'pod', 'containers': [
+    assert pr_wire.parse_list_response(answer) == [{'namespace': 'ns', 'pod': 'pod', 'container': 'c', 'claim': 'ns/n',
+                                                    'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]
+    assert pr_wire.encode_list_response([{'namespace': 'ns', 'pod': 'pod', 'containers': [
         {'name': 'c', 'claims': {'ns/n': [{'driver': 'd', 'pool': 'p', 'device': 'x', 'cdi_devices': ['v/c']}]}}]}]) == answer
 
 
 def test_list_pod_devices_reads_dra_claims_from_a_real_grpc_server(kubelet):
-    server = kubelet(list_answer=pr.encode_list_response([{'namespace': 'ml', 'pod': 'trainer', 'containers': [
+    server = kubelet(list_answer=pr_wire.encode_list_response([{'namespace': 'ml', 'pod': 'trainer', 'containers': [
         {'name': 'main', 'claims': {'ml/mig': [{'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-4-mig-19-1-1'}]}}]}]))
     devices = pr.list_pod_devices(server.path, timeout=5)
-    assert pr.allocations_of(_dra_host(), devices).as_dict() == {'GPU-0': {'instances': {10: ['ml/trainer']}, 'gpu': [], 'index_pods': []}}
+    assert pr_allocations.allocations_of(_dra_host(), devices).as_dict() == {'GPU-0': {'instances': {10: ['ml/trainer']}, 'gpu': [], 'index_pods': []}}

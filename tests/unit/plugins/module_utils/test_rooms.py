@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import BOOT_CODE
+
 PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
 PLUGINS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..', 'plugins'))
 MODULE_UTILS = os.path.join(PLUGINS, 'module_utils')
@@ -109,3 +111,15 @@ def test_the_planning_room_needs_no_nvml_and_no_grpc():
         if name.startswith('planning/'):
             dummy, packages = imported(os.path.join(MODULE_UTILS, name + '.py'))
             assert not packages & {'pynvml', 'grpc', 'ctypes', 'subprocess', 'socket'}, name
+
+
+def test_the_boot_code_is_what_the_boot_entry_point_imports():
+    """nvidia_mig_layout installs BOOT_CODE on the host for the boot unit: every file the entry point needs,
+    directly or not, and nothing else."""
+    needed, todo = set(), ['host/_boot_entry']
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo.extend(imported(os.path.join(MODULE_UTILS, name + '.py'))[0])
+    assert sorted(BOOT_CODE) == sorted(needed)

@@ -29,7 +29,7 @@ def host_paths(tmp_path):
 @pytest.fixture
 def kubelet_with():
     """A real gRPC pod-resources server answering ``List`` with the given allocations; returns its socket path."""
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import encode_list_response
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources_wire import encode_list_response
     from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_pod_resources import FakeKubelet
     servers = []
     # Short: a unix socket path must fit in 108 bytes, which pytest's tmp_path may not.

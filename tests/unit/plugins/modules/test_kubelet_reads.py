@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import encode_allocatable_response, encode_list_response
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources_wire import encode_allocatable_response, encode_list_response
 from ansible_collections.gpufleet.mig.plugins.modules import (
     nvidia_mig_facts,
     nvidia_mig_instance,

@@ -10,7 +10,7 @@ import json
 
 from kubernetes.client.exceptions import ApiException
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_handover import eviction_problem
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_evictions import eviction_problem
 from ansible_collections.gpufleet.mig.plugins.modules import mig_pod_eviction
 
 # What kube-apiserver answers when a PodDisruptionBudget refuses (pkg/registry/core/pod/storage/eviction.go).
