@@ -9,12 +9,15 @@
 EDA_VENV := .venv-eda
 EDA_PY := $(EDA_VENV)/bin/python
 
-.PHONY: eda-test
+.PHONY: eda-test eda-venv
 
 $(EDA_VENV)/.installed: requirements/eda.txt
 	$(PYTHON) -m venv $(EDA_VENV)
 	$(EDA_PY) -m pip install --quiet -r requirements/eda.txt
 	touch $@
+
+# By name, for the targets of other mk files (mk/cluster.mk's cluster-test), whatever the include order.
+eda-venv: $(EDA_VENV)/.installed
 
 # The rulebook's real playbook runs with .venv's ansible-playbook (kubernetes.core, which the rollout names).
 eda-test: $(EDA_VENV)/.installed bootstrap ## tests/eda: the rulebook under the real ansible-rulebook

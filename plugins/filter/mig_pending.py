@@ -13,14 +13,19 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pending_mig_requests
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pending_mig_requests, still_waiting
 
 
-def mig_pending_requests(pods):
-    """The MIG requests of the ``pods`` the scheduler could not place for lack of a MIG resource."""
+def mig_pending_requests(pods, told=None):
+    """The MIG requests of the ``pods`` the scheduler could not place for lack of a MIG resource; with ``told`` (an
+    event's requests), only those of them whose pod still waits."""
     if not isinstance(pods, list) or not all(isinstance(pod, dict) for pod in pods):
         raise AnsibleFilterError('mig_pending_requests takes a list of Pod objects (the resources of kubernetes.core.k8s_info)')
-    return pending_mig_requests(pods)
+    if told is None:
+        return pending_mig_requests(pods)
+    if not isinstance(told, list) or not all(isinstance(request, dict) for request in told):
+        raise AnsibleFilterError('mig_pending_requests: told must be a list of requests (the event source\'s mig_pending_pods.requests)')
+    return still_waiting(told, pods)
 
 
 class FilterModule(object):

@@ -187,6 +187,7 @@ def pod_view(pod):
         "running": all("running" in c.get("state", {}) for c in containers),
         "deleting": "deletionTimestamp" in pod["metadata"],
         "disruption": disruption[0] if disruption else None,
+        "node": pod.get("spec", {}).get("nodeName"),
     }
 
 
@@ -208,7 +209,8 @@ class SwitchRecorder(object):
             if event != "DELETED" and self.last.get(key) == view:
                 return
             self.last[key] = view
-            line = dict(view, kind=kind, event=event, t=round(time.monotonic() - self.started, 2))
+            # t: seconds since the watch started; at: the wall clock, to line the watch up with other logs.
+            line = dict(view, kind=kind, event=event, t=round(time.monotonic() - self.started, 2), at=round(time.time(), 3))
             self.out.write(json.dumps(line, sort_keys=True) + "\n")
             self.out.flush()
             if kind == "node":

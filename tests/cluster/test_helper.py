@@ -60,9 +60,10 @@ def test_node_view_keeps_the_nvidia_resources_it_can_hand_out():
 def test_pod_view_reads_an_eviction():
     view = helper.pod_view(pod(deleting=True, disruption='EvictionByEvictionAPI', restarts=2))
     assert view == {'name': 'busy-a', 'uid': 'u-1', 'phase': 'Running', 'restarts': 2, 'running': True,
-                    'deleting': True, 'disruption': 'EvictionByEvictionAPI'}
-    # A pod not yet started has no containerStatuses.
+                    'deleting': True, 'disruption': 'EvictionByEvictionAPI', 'node': None}
+    # A pod not yet started has no containerStatuses; a bound one names its node.
     assert helper.pod_view({'metadata': {'name': 'p', 'uid': 'u'}, 'status': {'phase': 'Pending'}})['running'] is False
+    assert helper.pod_view({'metadata': {'name': 'p', 'uid': 'u'}, 'spec': {'nodeName': 'n1'}})['node'] == 'n1'
 
 
 def test_summary_of_a_pod_left_alone_and_one_evicted():
@@ -105,6 +106,8 @@ def test_a_restarted_container_is_seen():
     recorder.summary()
     summary = lines(out)[-1]['pods']['busy-a']
     assert summary['restarts'] == [0, 1] and summary['running_throughout'] is False
+    # Each line carries the wall clock, to line the watch up with other logs (eda_timeline.py).
+    assert all(isinstance(line['at'], float) for line in lines(out)[:-1])
 
 
 def test_sim_host_and_sim_pids(tmp_path):

@@ -117,3 +117,15 @@ def pending_mig_requests(pods):
     sorted by namespace/name."""
     requests = [pending_mig_request(pod) for pod in pods or []]
     return sorted((request for request in requests if request is not None), key=lambda request: request['pod'])
+
+
+def still_waiting(told, pods):
+    """Of the requests an event told (``told``, as the event source puts them), those whose pod still waits for MIG
+    slices among ``pods`` as listed now, each as listed now; sorted by namespace/name.
+
+    ansible-rulebook runs its actions one after the other: a burst told during a run is planned after it, when
+    some of its pods may have been placed already (on the instances the earlier run created). Planning for those
+    again would create instances nobody waits for.
+    """
+    now = dict((request['pod'], request) for request in pending_mig_requests(pods))
+    return [now[key] for key in sorted(set(request.get('pod') for request in told or [])) if key in now]

@@ -25,3 +25,11 @@ def test_registered_and_keeps_only_the_waiting_pods():
 def test_anything_but_a_list_of_pods_is_one_line(bad):
     with pytest.raises(AnsibleFilterError, match='takes a list of Pod objects'):
         mig_pending_requests(bad)
+
+
+def test_told_requests_keep_only_the_pods_that_still_wait():
+    told = [{'pod': 'team-a/a', 'requests': {'3g.40gb': 1}}, {'pod': 'team-a/b', 'requests': {'1g.10gb': 1}}]
+    pods = [pod('a', {'nvidia.com/mig-3g.40gb': '2'}), pod('b', phase='Running', node_name='n')]
+    assert [r['pod'] for r in mig_pending_requests(pods, told)] == ['team-a/a']
+    with pytest.raises(AnsibleFilterError, match='told must be a list of requests'):
+        mig_pending_requests(pods, {'pod': 'team-a/a'})

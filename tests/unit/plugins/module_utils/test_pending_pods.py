@@ -82,3 +82,14 @@ def test_only_the_waiting_pods_are_kept_sorted_by_namespace_and_name():
     pods = [pod('z', namespace='b'), pod('run', phase='Running', node_name='n'), pod('a', namespace='b'), pod('y')]
     assert [r['pod'] for r in pending.pending_mig_requests(pods)] == ['b/a', 'b/z', 'team-a/y']
     assert pending.pending_mig_requests(None) == []
+
+
+def test_of_the_told_requests_only_the_pods_still_waiting_count_as_listed_now():
+    told = [{'pod': 'team-a/placed', 'requests': {'1g.20gb': 1}}, {'pod': 'team-a/gone', 'requests': {'1g.10gb': 1}},
+            {'pod': 'team-a/waits', 'requests': {'7g.80gb': 1}}, {'pod': 'team-a/waits', 'requests': {'7g.80gb': 1}}]
+    pods = [pod('placed', {'nvidia.com/mig-1g.20gb': '1'}, phase='Running', node_name='gpu-node', scheduled=('True', '')),
+            pod('waits', {'nvidia.com/mig-7g.80gb': '2'}), pod('untold', {'nvidia.com/mig-1g.10gb': '1'})]
+    # placed: bound meanwhile; gone: not listed; untold: not in the event; waits: once, with its request as listed now.
+    assert pending.still_waiting(told, pods) == [{'pod': 'team-a/waits', 'priority': 0, 'priority_class': '',
+                                                  'requests': {'7g.80gb': 2}, 'created': '2026-12-03T22:00:00Z'}]
+    assert pending.still_waiting([], pods) == [] and pending.still_waiting(told, []) == []

@@ -1,0 +1,134 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Where the time from a pod's creation to Running went, in the cluster scenario's EDA check
+(molecule/cluster/tasks/eda_demand.yml): from three logs that each carry the wall clock.
+
+  eda_timeline.py CREATED_AT RULEBOOK_LOG ANSIBLE_LOG WATCH_FILE POD RESOURCE
+
+CREATED_AT: the wall clock (seconds since the epoch) just before the pod was created. RULEBOOK_LOG:
+ansible-rulebook's output with -v (Python logging, asctime in local time): the event source's line
+"mig_pending_pods: N pod(s) wait for MIG slices" is when the burst's event went out. ANSIBLE_LOG: the
+demand playbook's ANSIBLE_LOG_PATH file (one line per play, task and result, asctime in local time).
+WATCH_FILE: tests/cluster/helper.py watch-switch's JSON lines ("at": the wall clock): when the node's
+allocatable first shows RESOURCE, when POD is bound to a node and when it runs.
+
+Prints one JSON object: the points (seconds after CREATED_AT) and the segments between them, in order:
+debounce (the scheduler marks the pod unschedulable, the event source's quiet period), rulebook to
+playbook (the rule engine, ansible-runner, ansible-playbook starting), planning (facts, plan, Events,
+the rollout's pre-flight and the host's decision), hand-over and apply (node labels, the GPU components
+paused, the NVML changes), device plugin (the plugin back, its enumeration and registration, the kubelet's
+node status), scheduling (the scheduler binds the pod), container start (the kubelet starts it).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import json
+import re
+import sys
+import time
+
+STAMP = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\b')
+EVENT_LINE = 'pod(s) wait for MIG slices'
+HANDOVER_TASK = 'Hand the Kubernetes node over'
+PLAYBOOK_LINE = 'PLAY [Plan the MIG instances the pending pods need]'
+APPLY_TASK = 'Apply the layout (the module verifies the GPUs afterwards)'
+
+
+def _wall(line):
+    """Seconds since the epoch of a Python logging asctime line (local time), or None."""
+    match = STAMP.match(line)
+    if not match:
+        return None
+    moment = datetime.datetime.strptime(match.group(1), '%Y-%m-%d %H:%M:%S')
+    return time.mktime(moment.timetuple()) + int(match.group(2)) / 1000.0
+
+
+def _stamped(text, since):
+    """(wall clock, line) of every stamped line at or after ``since``."""
+    lines = []
+    for line in text.splitlines():
+        at = _wall(line)
+        if at is not None and at >= since - 1:   # asctime has milliseconds; allow for the clock's rounding
+            lines.append((at, line))
+    return lines
+
+
+def _task_start(lines, name):
+    for at, line in lines:
+        if 'TASK [' in line and name in line:
+            return at
+    return None
+
+
+def _task_end(lines, name):
+    """When the task after ``name`` started (or the recap): ``name`` ended then."""
+    seen = False
+    for at, line in lines:
+        if seen and ('TASK [' in line or 'PLAY RECAP' in line or 'PLAY [' in line):
+            return at
+        if 'TASK [' in line and name in line:
+            seen = True
+    return None
+
+
+def timeline(created_at, rulebook_log, ansible_log, watch_lines, pod, resource):
+    """The run that changed the node is the one that served the pod: its playbook start is the last start of the
+    demand playbook before the node's hand-over, its event the last event before that start (a burst split in two
+    makes two runs, one after the other)."""
+    played = _stamped(ansible_log, created_at)
+    handover = _task_start(played, HANDOVER_TASK)
+    plays = [at for at, line in played if PLAYBOOK_LINE in line and (handover is None or at <= handover)]
+    started = plays[-1] if plays else None
+    events = [at for at, line in _stamped(rulebook_log, created_at) if EVENT_LINE in line and (started is None or at <= started)]
+    recaps = [at for at, line in played if 'PLAY RECAP' in line and (handover is None or at >= handover)]
+    advertised = bound = running = None
+    for entry in watch_lines:
+        at = entry.get('at')
+        if at is None or at < created_at:
+            continue
+        if entry.get('kind') == 'node' and advertised is None and (entry.get('allocatable') or {}).get(resource, 0) > 0:
+            advertised = at
+        if entry.get('kind') == 'pod' and entry.get('name') == pod:
+            if bound is None and entry.get('node'):
+                bound = at
+            if running is None and entry.get('phase') == 'Running' and entry.get('running'):
+                running = at
+    points = [
+        ('event', events[-1] if events else None),
+        ('playbook_start', started),
+        ('handover_start', handover),
+        ('applied', _task_end(played, APPLY_TASK)),
+        ('advertised', advertised),
+        ('bound', bound),
+        ('running', running),
+    ]
+    names = {'event': 'debounce', 'playbook_start': 'rulebook to playbook', 'handover_start': 'planning',
+             'applied': 'hand-over and apply', 'advertised': 'device plugin', 'bound': 'scheduling',
+             'running': 'container start'}
+    segments = []
+    before = created_at
+    for key, at in points:
+        if at is None:
+            segments.append({'segment': names[key], 'seconds': None})
+            continue
+        segments.append({'segment': names[key], 'seconds': round(at - before, 1)})
+        before = at
+    return {'points': dict((key, None if at is None else round(at - created_at, 1)) for key, at in points),
+            'segments': segments,
+            'playbook_end': round(recaps[0] - created_at, 1) if recaps else None,
+            'total': None if running is None else round(running - created_at, 1)}
+
+
+def main(argv):
+    created_at, rulebook_log, ansible_log, watch_file, pod, resource = argv
+    with open(rulebook_log) as rulebook, open(ansible_log) as played, open(watch_file) as watch:
+        watch_lines = [json.loads(line) for line in watch if line.strip()]
+        result = timeline(float(created_at), rulebook.read(), played.read(), watch_lines, pod, resource)
+    print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
