@@ -526,7 +526,7 @@ def main_body(module):
     systemd = Systemd(module, params['systemd'])
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            evictable=params['evict'])
+                            evict=params['evict'])
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '

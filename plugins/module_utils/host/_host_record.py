@@ -81,11 +81,11 @@ def metrics_content(host, request, config_dir, pod_devices=None):
     in_layout = in_layout_by_uuid(host, request)
     totals = accumulate_stranded(os.path.join(config_dir, STRANDED_FILE), stranded_figures(host), time.time())
     try:
-        allocations = allocations_of(host, pod_devices or [])
+        holders = allocations_of(host, pod_devices or [])
     except UnknownDeviceIds:
         # Pods only label the metrics: without them the GPUs are still described (a plan would refuse instead).
-        allocations = {}
-    return render(host, request.name, in_layout, read_last_apply(config_dir), allocations, totals)
+        holders = None
+    return render(host, request.name, in_layout, read_last_apply(config_dir), holders, totals)
 
 
 def _pod_devices(socket_path):

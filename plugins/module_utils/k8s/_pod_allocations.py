@@ -31,7 +31,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resourc
     resource_of_profile,
     strip_replica,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes, host_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders, HostHolders, gpu_processes, host_pids
 
 
 # ---- what the allocations mean for the host's GPUs ----------------------------------------------
@@ -123,8 +123,8 @@ def _hold(result, place, name, index_id=False):
 def allocations_of(host, pod_devices, pid_pods=None):
     """Which pod holds what, from the kubelet's pod-resources allocations (_pod_resources).
 
-    Returns {GPU uuid: {'instances': {GPU instance id: ['namespace/pod']}, 'gpu': ['namespace/pod'],
-    'index_pods': ['namespace/pod']}}. NVIDIA's device plugin names a device by its UUID
+    Returns a _host_model.HostHolders (by GPU uuid: the pods on the whole GPU, on each GPU instance, and those
+    holding an index id). NVIDIA's device plugin names a device by its UUID
     (deviceIDStrategy uuid: 'MIG-...' for a MIG device, 'GPU-...' for a whole GPU) or by index
     ('<gpu>:<mig device>' or '<gpu>'), with '::<replica>' appended when the device is shared;
     ``index_pods`` are the pods holding a '<gpu>:<mig device>' id of that GPU, which names a
@@ -179,7 +179,10 @@ def allocations_of(host, pod_devices, pid_pods=None):
         for gi_id, pid in gpu_processes(gpu):
             if pid in pid_pods:
                 _hold(result, (gpu['uuid'], gi_id), 'uid:%s' % pid_pods[pid]['pod_uid'])
-    return result
+    return HostHolders(dict(
+        (uuid, GpuHolders(tuple(entry['gpu']), dict((gi_id, tuple(pods)) for gi_id, pods in entry['instances'].items()),
+                          tuple(entry['index_pods'])))
+        for uuid, entry in result.items()))
 
 
 def index_id_refusal(gpu_index, pods, change):
