@@ -123,3 +123,20 @@ def test_the_boot_code_is_what_the_boot_entry_point_imports():
             needed.add(name)
             todo.extend(imported(os.path.join(MODULE_UTILS, name + '.py'))[0])
     assert sorted(BOOT_CODE) == sorted(needed)
+
+
+def test_the_architecture_document_draws_every_file_in_its_room():
+    """docs/architecture.md draws the tree as it is: every module_utils file under its room's heading."""
+    with open(os.path.join(PLUGINS, '..', 'docs', 'architecture.md')) as handle:
+        tree = handle.read().split('plugins/module_utils/\n', 1)[1].split('```', 1)[0]
+    drawn, room = set(), None
+    for line in tree.splitlines():
+        words = line.replace('│', ' ').replace('├──', ' ').replace('└──', ' ').split()
+        if not words:
+            continue
+        if words[0].rstrip('/') in ROOMS and words[0].endswith('/'):
+            room = words[0].rstrip('/')
+        elif words[0].endswith('.py'):
+            indented = line.startswith(('│   ', '    '))
+            drawn.add('%s/%s' % (room, words[0][:-3]) if indented else words[0][:-3])
+    assert sorted(drawn) == MODULE_UTIL_FILES
