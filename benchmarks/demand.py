@@ -68,6 +68,7 @@ simulator_on_path()
 
 import yaml  # noqa: E402
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances  # noqa: E402
@@ -265,7 +266,7 @@ class Replay(object):
         mig_layout role runs it: instances pods hold stay (they are added to the target when the layout
         lacks them) and, where the whole layout no longer fits around them, the layout's most numerous
         profile gives up one instance at a time until it does."""
-        allocated = dict((i[0], [i[3].name]) for i in gpu.instances if i[3] is not None)
+        holders = GpuHolders(instances=dict((i[0], (i[3].name,)) for i in gpu.instances if i[3] is not None))
         wanted = dict(target)
         held = {}
         for instance in gpu.instances:
@@ -280,7 +281,7 @@ class Replay(object):
                                                           'processes': []}]} for i in gpu.instances]}
         while True:
             try:
-                plan = plan_gpu(data, wanted, allocated=allocated)
+                plan = plan_gpu(data, wanted, holders=holders)
                 break
             except PlanningError:
                 spare = sorted((n for n in wanted if wanted[n] > held.get(n, 0)), key=lambda n: (-(wanted[n] - held.get(n, 0)), n))

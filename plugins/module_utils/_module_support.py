@@ -20,10 +20,7 @@ from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import HostLock
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import host_pids
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import UnknownDeviceIds, allocations_of, gpu_allocations
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_cgroups import pods_of_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import UnknownDeviceIds, gpu_allocations
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PODS_UNREADABLE, PodResourcesUnavailable, list_pod_devices
 
 
@@ -73,13 +70,6 @@ def run_module(module, body):
         module.fail_json(msg='unexpected error: %s' % exc, exception=traceback.format_exc())
 
 
-def free_space(gpu):
-    """Free-space figures of a MIG-capable GPU from the backend's plain data."""
-    catalog = Catalog.from_data(gpu['profiles'])
-    occupancy = Occupancy.of(catalog, [(gi['profile'], gi['placement']['start']) for gi in gpu['gpu_instances']])
-    return analyze(catalog, occupancy)
-
-
 def _socket_absent(path):
     """Nothing at ``path``; a permission error is not absence (os.path.exists would say False)."""
     try:
@@ -107,15 +97,3 @@ def read_pod_resources(module):
         why = 'pod_resources=required' if mode == 'required' else 'the socket exists, so this is a Kubernetes node'
         module.fail_json(msg='%s (%s): %s. Nothing was changed. %s' % (PODS_UNREADABLE, why, exc, _OFF_HINT))
     return devices, {'read': True}
-
-
-def unread_pid_pods(host, pod_devices):
-    """Where pod-resources were not read (``pod_devices`` None), the pods of the running GPU processes,
-    from their cgroups (_pod_cgroups.pods_of_pids); otherwise None."""
-    return pods_of_pids(host_pids(host)) if pod_devices is None else None
-
-
-def host_allocations(host, pod_devices):
-    """_pod_allocations.allocations_of for ``host``: from the kubelet's answer or, where it was not
-    read, from the cgroups of the running GPU processes."""
-    return allocations_of(host, pod_devices or [], unread_pid_pods(host, pod_devices))

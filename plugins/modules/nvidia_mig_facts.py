@@ -256,24 +256,24 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection i
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    free_space,
-    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import DeclaredLayoutError, load_layout
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import in_layout_by_uuid
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PodResourcesUnavailable, allocatable_gpu_device_ids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import free_space
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations
 
 
-def gpu_facts(gpu, held=None):
-    """``held``: this GPU's entry of _pod_allocations.allocations_of (pods on the whole GPU and per instance)."""
+def gpu_facts(gpu, holders=NOBODY):
+    """``holders``: the pods that hold this GPU, on the whole GPU and per instance (_host_model.GpuHolders)."""
     facts = dict(gpu)
     facts.pop('unsupported_profiles', None)
-    held = held or {}
-    facts['allocated_to'] = list(held.get('gpu', []))
-    facts['gpu_instances'] = [dict(gi, allocated_to=list(held.get('instances', {}).get(gi['id'], []))) for gi in gpu['gpu_instances']]
+    facts['allocated_to'] = list(holders.gpu)
+    facts['gpu_instances'] = [dict(gi, allocated_to=list(holders.of_instance(gi['id']))) for gi in gpu['gpu_instances']]
     facts['busy'] = bool(gpu['processes']) or any(gi['busy'] for gi in gpu['gpu_instances'])
     if not gpu['mig_capable']:
         facts.update(free_slices=0, placeable={}, largest_placeable=None, stranded_slices=0, fragmentation=0.0,
@@ -322,7 +322,7 @@ def main_body(module):
         host = backend.read_host()
     layout, in_layout = declared_state(module, host, pod_devices)
     # Without pod-resources, the pods of running processes are still known from their cgroups.
-    held = host_allocations(host, pod_devices)
+    holders = host_allocations(host, pod_devices)
     selected = select_gpus(host['gpus'], module.params['gpus'])
     facts = {
         'driver_version': host['driver_version'],
@@ -330,7 +330,7 @@ def main_body(module):
         'simulated': host['simulated'],
         'pod_resources': pod_status,
         'layout': layout,
-        'gpus': [dict(gpu_facts(gpu, held.get(gpu['uuid'], {})), in_layout=in_layout.get(gpu['uuid'])) for gpu, dummy in selected],
+        'gpus': [dict(gpu_facts(gpu, holders.of(gpu['uuid'])), in_layout=in_layout.get(gpu['uuid'])) for gpu, dummy in selected],
     }
     if allocatable is not None:
         facts['kubelet_allocatable'] = allocatable

@@ -157,14 +157,14 @@ pod_resources:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import HostHolders
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import index_id_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations, index_id_refusal
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,
@@ -185,12 +185,12 @@ def wanted_instances(params):
     return wanted
 
 
-def plan_selected(host, params, check_mode, held=None):
+def plan_selected(host, params, check_mode, holders=None):
     """Plan every selected GPU before anything changes. A GPU whose MIG is only pending-enabled (check mode)
     cannot be planned: NVML describes its profiles once MIG is on; it is reported as deferred.
-    ``held``: _pod_allocations.allocations_of of the host; instances pods hold are busy."""
+    ``holders``: _pod_allocations.allocations_of of the host (_host_model.HostHolders); instances pods hold are busy."""
     wanted = wanted_instances(params)
-    held = held or {}
+    holders = holders or HostHolders()
     plans = []
     selected, skipped = select_mig_gpus(host['gpus'], params['gpus'])
     for gpu in selected:
@@ -201,9 +201,9 @@ def plan_selected(host, params, check_mode, held=None):
                                     % (gpu['index'], gpu['uuid'], mode['current'], mode['pending']))
             plans.append((gpu, None))
             continue
-        gpu_held = held.get(gpu['uuid']) or {}
-        plan = plan_gpu(gpu, wanted, repack=params['repack'], allocated=gpu_held.get('instances', {}))
-        refusal = index_id_refusal(gpu['index'], gpu_held.get('index_pods', []) if plan.changed else [], 'changing its instances')
+        gpu_holders = holders.of(gpu['uuid'])
+        plan = plan_gpu(gpu, wanted, repack=params['repack'], holders=gpu_holders)
+        refusal = index_id_refusal(gpu['index'], list(gpu_holders.index_pods) if plan.changed else [], 'changing its instances')
         if refusal:
             raise PlanningError(refusal)
         plans.append((gpu, plan))

@@ -371,11 +371,11 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_files
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_install, _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
@@ -384,7 +384,6 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     nvml_session,
     read_pod_resources,
     run_module,
-    unread_pid_pods,
 )
 
 
@@ -470,13 +469,13 @@ def paths_of(params):
 def keep_files(module, systemd, paths, request):
     """Write the boot-time files that differ; enable the units (a changed unit reloads systemd first)."""
     params = module.params
-    files = _host_files.boot_files(paths, request, params['boot_persistence'], metrics_timer=bool(paths.metrics_dir))
+    files = _boot_install.boot_files(paths, request, params['boot_persistence'], metrics_timer=bool(paths.metrics_dir))
     changed = _host_files.sync(files, module.check_mode)
     units = []
     if params['boot_persistence']:
-        units.append(_host_files.LAYOUT_UNIT)
+        units.append(_boot_install.LAYOUT_UNIT)
     if systemd.enabled and paths.metrics_dir:
-        units.append(_host_files.METRICS_TIMER)
+        units.append(_boot_install.METRICS_TIMER)
     if systemd.enabled and units and not module.check_mode:
         if any(path.startswith(paths.systemd_dir) for path in changed):
             systemd.must('daemon-reload')
@@ -527,7 +526,7 @@ def main_body(module):
     systemd = Systemd(module, params['systemd'])
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            evictable=params['evict'])
+                            evict=params['evict'])
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '

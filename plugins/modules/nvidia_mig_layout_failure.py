@@ -93,9 +93,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import sync
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import METRICS_FILE, sync
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, validate_configs
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import METRICS_FILE
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import COMMON_ARGUMENT_SPEC, nvml_session, run_module
 
 

@@ -139,19 +139,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,
 )
-
-
-def pods_holding(held):
-    """Every pod that holds the GPU or one of its instances, from its entry of _pod_allocations.allocations_of."""
-    pods = set(held.get('gpu', []))
-    for names in held.get('instances', {}).values():
-        pods.update(names)
-    return sorted(pods)
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations
 
 
 def main_body(module):
@@ -161,23 +153,22 @@ def main_body(module):
         # Under the host lock, as the GPUs are read: one snapshot of what pods and GPUs hold.
         pod_devices, pod_status = read_pod_resources(module)
         host = backend.read_host()
-        held = host_allocations(host, pod_devices)
+        holders = host_allocations(host, pod_devices)
         decisions = []
         selected, skipped = select_mig_gpus(host['gpus'], module.params['gpus'])
         for gpu in selected:
-            gpu_held = held.get(gpu['uuid']) or {}
-            decisions.append(ModeDecision(gpu, wanted_enabled, allow_reset, pods=pods_holding(gpu_held)))
+            decisions.append(ModeDecision(gpu, wanted_enabled, allow_reset, pods=holders.of(gpu['uuid']).pods()))
         problems = [d.problem() for d in decisions if d.problem()]
         if problems:
             module.fail_json(msg='; '.join(problems), skipped_gpus=skipped, pod_resources=pod_status)
         planned = []
         for decision in decisions:
-            allocated = (held.get(decision.gpu['uuid']) or {}).get('instances', {})
-            clear = clearing_plan(decision.gpu, allocated) if decision.needs_set and not wanted_enabled else None
-            planned.append((decision, clear, allocated))
+            gpu_holders = holders.of(decision.gpu['uuid'])
+            clear = clearing_plan(decision.gpu, gpu_holders) if decision.needs_set and not wanted_enabled else None
+            planned.append((decision, clear, gpu_holders))
 
         results = []
-        for decision, clear, allocated in planned:
+        for decision, clear, gpu_holders in planned:
             gpu = decision.gpu
             outcome = {'after': decision.after, 'reset_performed': decision.needs_reset, 'pending_reason': None}
             if decision.changed and not module.check_mode:
@@ -193,7 +184,7 @@ def main_body(module):
                 'reset_required': outcome['after']['current'] != outcome['after']['pending'],
                 'reset_performed': outcome['reset_performed'],
                 'pending_reason': outcome['pending_reason'],
-                'destroyed_instances': destroyed_instances(gpu, clear, allocated),
+                'destroyed_instances': destroyed_instances(gpu, clear, gpu_holders),
                 'changed': decision.changed,
             })
 

@@ -131,13 +131,12 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    free_space,
-    host_allocations,
     nvml_session,
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import index_id_refusal, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations, index_id_refusal, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import free_space
 
 _FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
 
@@ -146,16 +145,16 @@ def figures(analysis):
     return dict((key, analysis[key]) for key in _FIGURES)
 
 
-def plan_repack(gpu, allocated, params, index_pods=()):
-    """(status, reason, plan or None) for one GPU: pure, from its current state. ``index_pods``: pods that hold
-    its MIG devices by index id, which any move would make name other instances."""
+def plan_repack(gpu, holders, params):
+    """(status, reason, plan or None) for one GPU: pure, from its current state. ``holders``: the pods that hold
+    it (_host_model.GpuHolders); those holding its MIG devices by index id would name other instances after any move."""
     if gpu['mig_mode']['current'] != 'enabled':
         return 'mig_disabled', 'MIG is disabled', None
     before = free_space(gpu)
     if before['fragmentation'] <= params['fragmentation_above'] and before['stranded_slices'] <= params['stranded_above']:
         return 'below_threshold', 'fragmentation %.2f and %d stranded slice(s) are within the thresholds' % (
             before['fragmentation'], before['stranded_slices']), None
-    refusal = index_id_refusal(gpu['index'], list(index_pods), 'moving its instances')
+    refusal = index_id_refusal(gpu['index'], list(holders.index_pods), 'moving its instances')
     if refusal:
         return 'no_idle_move', refusal, None
     empty = [gi['id'] for gi in gpu['gpu_instances'] if not gi['compute_instances']]
@@ -163,15 +162,15 @@ def plan_repack(gpu, allocated, params, index_pods=()):
         return 'no_idle_move', 'GPU instance(s) %s have no compute instance, which no layout describes' % empty, None
     try:
         # Each GPU instance as it is: a count layout would regroup compute instances into fewer GPU instances.
-        plan = plan_gpu_specs(gpu, current_specs(gpu), repack=True, allocated=allocated)
+        plan = plan_gpu_specs(gpu, current_specs(gpu), repack=True, holders=holders)
     except PlanningError as exc:
         return 'no_idle_move', str(exc), None
     better = (plan.analysis['largest_placeable_slices'], -plan.analysis['stranded_slices']) > (
         before['largest_placeable_slices'], -before['stranded_slices'])
     if not plan.changed or not better:
-        held = [gi['id'] for gi in gpu['gpu_instances'] if gi.get('busy') or allocated.get(gi['id'])]
+        staying = [gi['id'] for gi in gpu['gpu_instances'] if gi.get('busy') or holders.of_instance(gi['id'])]
         return 'no_idle_move', ('no move of an idle, unallocated instance improves the free space (busy or allocated '
-                                'instances %s stay where they are)' % held), None
+                                'instances %s stay where they are)' % staying), None
     return 'repacked', None, plan
 
 
@@ -185,12 +184,11 @@ def main_body(module):
         # Under the host lock, as the GPUs are read: one snapshot of what pods and GPUs hold.
         pod_devices, dummy = read_pod_resources(module)
         host = backend.read_host()
-        held = host_allocations(host, pod_devices)
+        holders = host_allocations(host, pod_devices)
         planned = []
         selected, skipped = select_mig_gpus(host['gpus'], params['gpus'])
         for gpu in selected:
-            gpu_held = held.get(gpu['uuid']) or {}
-            status, reason, plan = plan_repack(gpu, gpu_held.get('instances', {}), params, gpu_held.get('index_pods', []))
+            status, reason, plan = plan_repack(gpu, holders.of(gpu['uuid']), params)
             planned.append((gpu, status, reason, plan))
         for gpu, status, reason, plan in planned:
             actions = plan.actions if plan else []

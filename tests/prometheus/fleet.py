@@ -27,7 +27,8 @@ import re
 import yaml
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_entry
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import METRICS_FILE, accumulate_stranded
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import METRICS_FILE
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import accumulate_stranded
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout
 from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_ENV
 

@@ -29,7 +29,7 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import METRICS_FILE
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import METRICS_FILE
 from ansible_collections.gpufleet.mig.tests.prometheus.fleet import REPO, RULES, parse_exposition, shipped_rules
 from ansible_collections.gpufleet.mig.tests.support.playbook import ansible_environment, run_playbook
 from ansible_collections.gpufleet.mig.tests.support.simulator import simulated_environment

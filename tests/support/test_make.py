@@ -16,8 +16,9 @@ import sys
 
 from .playbook import BIN, REPO, ansible_settings
 
-# .PHONY targets that only other targets use: the clean copy ansible-test runs in, make demo's set-up.
-INTERNAL_TARGETS = {'test-copy', 'demo-bootstrap'}
+# .PHONY targets that only other targets use: the clean copy ansible-test runs in, make demo's set-up, the EDA
+# virtualenv that cluster-test needs.
+INTERNAL_TARGETS = {'test-copy', 'demo-bootstrap', 'eda-venv'}
 
 
 def make(*args):

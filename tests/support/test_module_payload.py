@@ -5,7 +5,7 @@
 
 The module runs once on localhost against a simulated GPU (the simulator on PYTHONPATH of the controller
 and of the module, as on a simulated fleet), with the remote files kept. The payload must carry every
-module_utils file the boot unit runs (``_host_files.BOOT_CODE``: the module copies them from its own
+module_utils file the boot unit runs (``_boot_install.BOOT_CODE``: the module copies them from its own
 payload to the host) and nothing of the simulator, which is a test double that never ships.
 """
 
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import zipfile
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import BOOT_CODE, PACKAGE
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._boot_install import BOOT_CODE, PACKAGE
 
 from .playbook import REPO, ansible_environment
 from .simulator import simulated_environment

@@ -21,12 +21,11 @@ import os
 import time
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, in_layout_by_uuid
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import METRICS_FILE, write_atomically
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import (
-    METRICS_FILE,
     accumulate_stranded,
     render,
     stranded_figures,
-    write_atomically,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import UnknownDeviceIds, allocations_of, gpu_allocations
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PodResourcesUnavailable, list_pod_devices
@@ -82,11 +81,11 @@ def metrics_content(host, request, config_dir, pod_devices=None):
     in_layout = in_layout_by_uuid(host, request)
     totals = accumulate_stranded(os.path.join(config_dir, STRANDED_FILE), stranded_figures(host), time.time())
     try:
-        allocations = allocations_of(host, pod_devices or [])
+        holders = allocations_of(host, pod_devices or [])
     except UnknownDeviceIds:
         # Pods only label the metrics: without them the GPUs are still described (a plan would refuse instead).
-        allocations = {}
-    return render(host, request.name, in_layout, read_last_apply(config_dir), allocations, totals)
+        holders = None
+    return render(host, request.name, in_layout, read_last_apply(config_dir), holders, totals)
 
 
 def _pod_devices(socket_path):

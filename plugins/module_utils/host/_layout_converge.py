@@ -39,38 +39,37 @@ class LayoutRequest(object):
     ``pod_devices``: the kubelet's pod-resources allocations (_pod_resources.list_pod_devices), and
     ``pid_pods``: pods found through the cgroups of GPU processes (_pod_cgroups.pods_of_pids),
     for where pod-resources cannot be read (see :func:`allocations_of`). Instances that pods hold
-    are busy for the planner whether or not a process runs on them. With ``evictable`` (the role's in-place switch
-    on a Kubernetes node) the plan may still take them, as few as possible, and names the pods to
-    evict before the apply; the apply itself never runs with ``evictable``.
+    are busy for the planner whether or not a process runs on them. With ``evict`` (nvidia_mig_layout's option, set
+    by the role's in-place switch on a Kubernetes node) the plan may still take them, as few as possible, and names
+    the pods to evict before the apply; the apply itself never runs with ``evict``.
     """
 
-    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evictable=False):
+    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evict=False):
         self.name = name
         self.entries = entries
         self.unmatched = unmatched
         self.allow_reset = allow_reset
         self.pod_devices = pod_devices or []
         self.pid_pods = pid_pods or {}
-        self.evictable = evictable
+        self.evict = evict
 
 
 class GpuDecision(object):
     """What one matched GPU needs: its mode, and its instance plan (None until MIG is enabled)."""
 
-    def __init__(self, gpu, match, request, allocations, host_gpus=None):
+    def __init__(self, gpu, match, request, holders, host_gpus=None):
+        """``holders``: the pods that hold this GPU (_host_model.GpuHolders)."""
         self.gpu = gpu
         self.match = match
         self.wanted_enabled = match['mig_enabled']
-        held = allocations.get(gpu['uuid'], {})
+        self.holders = holders
         # Pods holding the whole GPU: a mode change needs them gone. Pods on its instances refuse in
         # plan_gpu, which names the instance (MIG goes off only once every instance is gone).
-        self.mode = ModeDecision(gpu, self.wanted_enabled, request.allow_reset, pods=held.get('gpu', []))
-        self.allocated = held.get('instances', {})
-        self.evictable = request.evictable
-        self.gpu_pods = list(held.get('gpu', [])) if self.mode.changed else []
-        self.index_pods = list(held.get('index_pods', []))
+        self.mode = ModeDecision(gpu, self.wanted_enabled, request.allow_reset, pods=holders.gpu)
+        self.evict = request.evict
+        self.gpu_pods = list(holders.gpu) if self.mode.changed else []
         problem = self.mode.problem()
-        if problem and self.evictable and not self._pids_outside_pods(held):
+        if problem and self.evict and not self._pids_outside_pods():
             problem = None      # every process and pod is one evicted first
         if problem:
             raise PlanningError(problem)
@@ -82,22 +81,22 @@ class GpuDecision(object):
             # The entry may depend on the GPU's memory slices (pending match): known once MIG is on.
             if gpu['mig_mode']['current'] == 'enabled' and not match['pending']:
                 self.instances = concrete_instances(match['mig_devices'], gpu)
-                self.plan = plan_gpu(gpu, self.instances, allocated=self.allocated, evictable=self.evictable)
+                self.plan = plan_gpu(gpu, self.instances, holders=holders, evict=self.evict)
             else:
                 self.deferred = True
                 # Refused now rather than after the mode step of this or another GPU (no half-changed host).
                 self.checked_with = check_without_mig(gpu, match, request.unmatched, request.name, host_gpus)
         else:
-            self.plan = clearing_plan(gpu, self.allocated, self.evictable)
-        refusal = None if self.evictable else index_id_refusal(
+            self.plan = clearing_plan(gpu, holders, self.evict)
+        refusal = None if self.evict else index_id_refusal(
             self.index, self.index_id_pods(), 'the change layout %s needs on this GPU' % request.name)
         if refusal:
             raise PlanningError(refusal)
 
-    def _pids_outside_pods(self, held):
+    def _pids_outside_pods(self):
         """Processes on the GPU that no pod holding it (or their instance) accounts for."""
         def accounted(gi_id):
-            return held.get('gpu') if gi_id is None else self.allocated.get(gi_id)
+            return self.holders.gpu if gi_id is None else self.holders.of_instance(gi_id)
         return sorted(set(pid for gi_id, pid in gpu_processes(self.gpu) if not accounted(gi_id)))
 
     @property
@@ -129,14 +128,14 @@ class GpuDecision(object):
 
     def destroyed_instances(self):
         """The GPU instances the plan destroys, with the MIG device UUIDs workloads know them by and their pods."""
-        return destroyed_instances(self.gpu, self.plan, self.allocated)
+        return destroyed_instances(self.gpu, self.plan, self.holders)
 
     def index_id_pods(self):
         """Pods holding this GPU's MIG devices by index id, when the GPU's MIG devices change: after any
         change such an id may name another instance (_pod_allocations.index_id_refusal), so every such pod
         goes, whichever instance it holds."""
         changes = self.mode.changed or bool(self.plan and self.plan.changed)
-        return list(self.index_pods) if changes else []
+        return list(self.holders.index_pods) if changes else []
 
     def eviction_reasons(self):
         """{pod: why it must be gone before this GPU changes}: on an instance the plan destroys, on the whole
@@ -225,8 +224,9 @@ def decide(host, request):
     cannot be applied (a busy instance the layout drops, a profile the GPU does not offer, ...)."""
     matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
     by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
-    allocations = allocations_of(host, request.pod_devices, request.pid_pods)
-    decisions = [GpuDecision(by_index[match['index']], match, request, allocations, host['gpus']) for match in matched['gpus']]
+    holders = allocations_of(host, request.pod_devices, request.pid_pods)
+    decisions = [GpuDecision(by_index[match['index']], match, request, holders.of(by_index[match['index']]['uuid']), host['gpus'])
+                 for match in matched['gpus']]
     return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
 
 
@@ -239,12 +239,12 @@ def in_layout_by_uuid(host, request):
     except LayoutConfigError:
         return {}
     by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
-    allocations = allocations_of(host, request.pod_devices, request.pid_pods)
+    holders = allocations_of(host, request.pod_devices, request.pid_pods)
     result = {}
     for match in matched['gpus']:
         gpu = by_index[match['index']]
         try:
-            result[gpu['uuid']] = GpuDecision(gpu, match, request, allocations).in_layout
+            result[gpu['uuid']] = GpuDecision(gpu, match, request, holders.of(gpu['uuid'])).in_layout
         except (LayoutConfigError, PlanningError):
             result[gpu['uuid']] = False
     result.update((gpu['uuid'], None) for gpu in matched['unmatched'])
@@ -270,8 +270,8 @@ def converge(backend, request, apply=True, hold_clients=None, host=None):
     before = decide(host, request)
     if not apply or before.in_layout:
         return before, None, [], host
-    if request.evictable:
-        raise PlanningError('an apply never plans with evictable pods: evict them, then apply without evictable')
+    if request.evict:
+        raise PlanningError('an apply never plans with pods to evict: evict them, then apply without evict')
     with (hold_clients or _no_clients)():
         done = apply_gpus(backend, before.gpus, lambda decision, gpu_done: _apply_gpu(backend, decision, request, gpu_done))
     host = backend.read_host()
@@ -302,7 +302,7 @@ def _apply_plan_or_replan(backend, decision, gpu, plan, instances, done):
             raise ApplyError('GPU %d is busy: NVML refused to destroy an instance (NVML_ERROR_IN_USE) and lists no process on '
                              'it, so a GPU client holds its MIG devices (DCGM, dcgm-exporter: stop it, or name its systemd '
                              'service in gpu_clients); %s' % (index, exc.cause), [], layout_of(gpu), cause=exc.cause)
-        plan = plan_gpu(gpu, instances, allocated=decision.allocated, evictable=decision.evictable)
+        plan = plan_gpu(gpu, instances, holders=decision.holders, evict=decision.evict)
         actions, dummy = apply_plan(backend, gpu, plan)
     done.extend(dict(a, gpu=index) for a in actions)
 
@@ -334,6 +334,6 @@ def _apply_gpu(backend, decision, request, done):
             # No entry fits the memory slices NVML now reports: the GPU is left as it is (as unmatched).
             return
         instances = concrete_instances(match['mig_devices'], gpu)
-        plan = plan_gpu(gpu, instances, allocated=decision.allocated, evictable=decision.evictable)
+        plan = plan_gpu(gpu, instances, holders=decision.holders, evict=decision.evict)
     if plan.changed:
         _apply_plan_or_replan(backend, decision, gpu, plan, instances, done)

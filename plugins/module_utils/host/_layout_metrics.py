@@ -17,12 +17,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import os
-import tempfile
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import write_atomically
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import HostHolders
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze
 
-METRICS_FILE = 'gpufleet_mig.prom'
 
 _HELP = (
     ('gpufleet_mig_mode_enabled', 'gauge', 'MIG mode currently enabled (1) or not (0).'),
@@ -93,15 +92,15 @@ def accumulate_stranded(path, stranded, now):
     return totals
 
 
-def render(host, layout_name, in_layout_by_uuid, last_apply, held=None, stranded_totals=None):
+def render(host, layout_name, in_layout_by_uuid, last_apply, holders=None, stranded_totals=None):
     """The textfile content: one block per metric, one sample per GPU (and profile, or instance).
 
     ``in_layout_by_uuid``: {GPU uuid: whether it holds the declared layout, None when no entry
-    matches it} (from _layout_converge). ``held``: {GPU uuid: {'instances': {GPU instance id: [pods]}}}
-    (_pod_allocations.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
+    matches it} (from _layout_converge). ``holders``: the pods that hold each GPU (_host_model.HostHolders,
+    from _pod_allocations.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
     Free-space figures need the profiles, which NVML describes only while MIG is enabled.
     """
-    held = held or {}
+    holders = holders or HostHolders()
     stranded_totals = stranded_totals or {}
     samples = dict((name, []) for name, dummy, dummy2 in _HELP)
     for gpu in host['gpus']:
@@ -114,11 +113,11 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, held=None, stranded
             samples['gpufleet_mig_gpu_in_layout'].append((base, int(in_layout_by_uuid[gpu['uuid']])))
         elif gpu['uuid'] in in_layout_by_uuid:
             samples['gpufleet_mig_gpu_unmatched'].append((base, 1))
-        pods = (held.get(gpu['uuid']) or {}).get('instances', {})
+        gpu_holders = holders.of(gpu['uuid'])
         for gi in gpu['gpu_instances']:
             samples['gpufleet_mig_instance_info'].append((dict(
                 base, gpu_instance=gi['id'], profile=gi['profile'], start=gi['placement']['start'], size=gi['placement']['size'],
-                busy=str(bool(gi.get('busy'))).lower(), pods=','.join(pods.get(gi['id'], []))), 1))
+                busy=str(bool(gi.get('busy'))).lower(), pods=','.join(gpu_holders.of_instance(gi['id']))), 1))
         if gpu['uuid'] in stranded_totals:
             samples['gpufleet_mig_stranded_slice_seconds_total'].append((base, round(stranded_totals[gpu['uuid']], 3)))
         if not gpu.get('profiles'):
@@ -153,20 +152,3 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, held=None, stranded
         for labels, value in samples[name]:
             lines.append('%s%s %s' % (name, _labels(**labels), value))
     return '\n'.join(lines) + '\n'
-
-
-def write_atomically(path, content, mode=0o644):
-    """Write ``content`` to ``path`` through a temp file in the same folder and a rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory)
-    fd, temp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(content)
-        os.chmod(temp, mode)
-        os.rename(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise

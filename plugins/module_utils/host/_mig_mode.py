@@ -18,7 +18,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY, gpu_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import BackendError
 
@@ -129,12 +129,12 @@ def change_mode(backend, decision, report_refused_reset=False):
     }
 
 
-def clearing_plan(gpu, allocated=None, evictable=False):
+def clearing_plan(gpu, holders=NOBODY, evict=False):
     """MIG goes off only once every GPU instance is gone: the plan that destroys them all, or None on a GPU without
-    any. Busy instances, and those pods hold (``allocated``, as for _mig_planner.plan_gpu), refuse there."""
+    any. Busy instances, and those pods hold (``holders`` and ``evict`` as for _mig_planner.plan_gpu), refuse there."""
     if not gpu['gpu_instances']:
         return None
-    return plan_gpu(gpu, {}, allocated=allocated, evictable=evictable)
+    return plan_gpu(gpu, {}, holders=holders, evict=evict)
 
 
 def disable_mig(backend, decision, plan, apply_clear, report_refused_reset=False):

@@ -23,7 +23,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend im
 class ApplyError(GpufleetError):
     """An apply that stopped part-way or did not verify; carries what was done and the state now.
 
-    ``cause``: the BackendError that stopped it, if one did. ``gpus``: for a host, what each GPU went
+    ``cause``: the BackendError (NVML refused) or PlanningError (the plan cannot be carried out) that stopped
+    it, if one did. ``gpus``: for a host, what each GPU went
     through (see :func:`apply_gpus`).
     """
 
@@ -55,7 +56,8 @@ def _real_compute_placements(backend, index, gi_id, profile_data, ci_names):
     profile = GpuInstanceProfile.from_data(data)
     packed = pack_compute_instances(profile, ci_names)
     if packed is None:
-        raise BackendError('GPU %d: compute instances %s do not fit GPU instance %d as NVML describes it' % (index, ci_names, gi_id))
+        # A plan made from the derived compute profiles that the real ones do not hold: the plan's problem, not NVML's.
+        raise PlanningError('GPU %d: compute instances %s do not fit GPU instance %d as NVML describes it' % (index, ci_names, gi_id))
     return [(name, profile.compute_profiles[name].id, start, profile.compute_profiles[name].size) for name, start in packed]
 
 
@@ -85,9 +87,9 @@ def apply_plan(backend, gpu, plan):
                 action['compute_instance_id'] = backend.create_compute_instance(
                     index, gi_id, action['profile_id'], action['placement']['start'])
             else:
-                raise BackendError('GPU %d: unknown plan action %r' % (index, kind))
+                raise PlanningError('GPU %d: unknown plan action %r' % (index, kind))
             done.append(action)
-    except BackendError as exc:
+    except (BackendError, PlanningError) as exc:
         raise ApplyError('%s; %d of %d planned actions were done before it stopped, re-run to converge'
                          % (exc, len(done), len(actions)), done, _layout_now(backend, index), cause=exc)
     now = _layout_now(backend, index)

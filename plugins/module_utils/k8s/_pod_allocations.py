@@ -21,6 +21,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_cgroups import pods_of_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PODS_UNKNOWN
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources_wire import is_claim
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
@@ -30,7 +31,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resourc
     resource_of_profile,
     strip_replica,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders, HostHolders, gpu_processes, host_pids
 
 
 # ---- what the allocations mean for the host's GPUs ----------------------------------------------
@@ -122,8 +123,8 @@ def _hold(result, place, name, index_id=False):
 def allocations_of(host, pod_devices, pid_pods=None):
     """Which pod holds what, from the kubelet's pod-resources allocations (_pod_resources).
 
-    Returns {GPU uuid: {'instances': {GPU instance id: ['namespace/pod']}, 'gpu': ['namespace/pod'],
-    'index_pods': ['namespace/pod']}}. NVIDIA's device plugin names a device by its UUID
+    Returns a _host_model.HostHolders (by GPU uuid: the pods on the whole GPU, on each GPU instance, and those
+    holding an index id). NVIDIA's device plugin names a device by its UUID
     (deviceIDStrategy uuid: 'MIG-...' for a MIG device, 'GPU-...' for a whole GPU) or by index
     ('<gpu>:<mig device>' or '<gpu>'), with '::<replica>' appended when the device is shared;
     ``index_pods`` are the pods holding a '<gpu>:<mig device>' id of that GPU, which names a
@@ -178,7 +179,10 @@ def allocations_of(host, pod_devices, pid_pods=None):
         for gi_id, pid in gpu_processes(gpu):
             if pid in pid_pods:
                 _hold(result, (gpu['uuid'], gi_id), 'uid:%s' % pid_pods[pid]['pod_uid'])
-    return result
+    return HostHolders(dict(
+        (uuid, GpuHolders(tuple(entry['gpu']), dict((gi_id, tuple(pods)) for gi_id, pods in entry['instances'].items()),
+                          tuple(entry['index_pods'])))
+        for uuid, entry in result.items()))
 
 
 def index_id_refusal(gpu_index, pods, change):
@@ -240,3 +244,15 @@ def node_resources(host):
     for resource, dummy, dummy_index in _advertised(host):
         counts[resource] = counts.get(resource, 0) + 1
     return counts
+
+
+def unread_pid_pods(host, pod_devices):
+    """Where pod-resources were not read (``pod_devices`` None), the pods of the running GPU processes,
+    from their cgroups (_pod_cgroups.pods_of_pids); otherwise None."""
+    return pods_of_pids(host_pids(host)) if pod_devices is None else None
+
+
+def host_allocations(host, pod_devices):
+    """_pod_allocations.allocations_of for ``host``: from the kubelet's answer or, where it was not
+    read, from the cgroups of the running GPU processes."""
+    return allocations_of(host, pod_devices or [], unread_pid_pods(host, pod_devices))

@@ -442,3 +442,10 @@ def derived_compute_profiles(gi_name, gi_compute_slices):
             'placements': [{'start': s, 'size': size} for s in starts],
         })
     return profiles
+
+
+def free_space(gpu):
+    """Free-space figures of a MIG-capable GPU from the backend's plain data."""
+    catalog = Catalog.from_data(gpu['profiles'])
+    occupancy = Occupancy.of(catalog, [(gi['profile'], gi['placement']['start']) for gi in gpu['gpu_instances']])
+    return analyze(catalog, occupancy)

@@ -39,7 +39,7 @@ __metaclass__ = type
 import itertools
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY, instance_pids
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     Occupancy,
@@ -253,20 +253,20 @@ def _best_placement(catalog, occupancy, specs):
     return best[0][0][0], best[0][1]
 
 
-def plan_gpu(gpu, instances, repack=False, allocated=None, evictable=False):
+def plan_gpu(gpu, instances, repack=False, holders=NOBODY, evict=False):
     """Plan one GPU. ``gpu`` is the backend's plain data (index, profiles, gpu_instances);
     ``instances`` the wanted ``{profile: count}`` (mig-parted semantics, see :func:`expand_layout`).
 
-    ``allocated`` maps GPU instance ids to the pods that hold them ('namespace/name'): such an
-    instance is busy like one with processes, whether or not a process runs on it right now.
-    With ``evictable`` (a Kubernetes node whose pods can be evicted first) an allocated instance
+    ``holders``: the pods that hold the GPU's instances (_host_model.GpuHolders): such an instance is
+    busy like one with processes, whether or not a process runs on it right now.
+    With ``evict`` (a Kubernetes node whose pods can be evicted first) an allocated instance
     may go, but as few as possible: the plan keeps the most allocated instances, then the most
     instances; the destroy actions of allocated ones name their pods (``allocated_to``), and
     processes on an allocated instance count as its pod's. Processes outside any pod stay untouchable.
     """
     label = 'GPU %s' % gpu.get('index')
     catalog = Catalog.from_data(gpu['profiles'])
-    return _plan(gpu, catalog, expand_layout(catalog, instances, label), label, repack, allocated, evictable)
+    return _plan(gpu, catalog, expand_layout(catalog, instances, label), label, repack, holders, evict)
 
 
 def current_specs(gpu):
@@ -275,11 +275,11 @@ def current_specs(gpu):
             for gi in gpu.get('gpu_instances') or []]
 
 
-def plan_gpu_specs(gpu, specs, repack=False, allocated=None):
+def plan_gpu_specs(gpu, specs, repack=False, holders=NOBODY):
     """Plan one GPU to hold exactly ``specs`` (InstanceSpec, each GPU instance as given: no packing
     of compute instances into fewer GPU instances). With :func:`current_specs` and ``repack`` it
     only moves idle, unallocated GPU instances, each recreated with the same compute instances.
-    ``allocated`` as for :func:`plan_gpu`."""
+    ``holders`` as for :func:`plan_gpu`."""
     label = 'GPU %s' % gpu.get('index')
     catalog = Catalog.from_data(gpu['profiles'])
     specs = list(specs)
@@ -292,17 +292,16 @@ def plan_gpu_specs(gpu, specs, repack=False, allocated=None):
             raise PlanningError('%s: compute instances %s do not fit a %s GPU instance as NVML describes it'
                                 % (label, list(spec.compute_instances), spec.profile))
     _validate_counts(catalog, specs, label)
-    return _plan(gpu, catalog, specs, label, repack, allocated, False)
+    return _plan(gpu, catalog, specs, label, repack, holders, False)
 
 
-def _plan(gpu, catalog, specs, label, repack, allocated, evictable):
-    allocated = allocated or {}
-    current = [CurrentInstance(gi, allocated.get(gi['id'])) for gi in gpu.get('gpu_instances') or []]
+def _plan(gpu, catalog, specs, label, repack, holders, evict):
+    current = [CurrentInstance(gi, holders.of_instance(gi['id'])) for gi in gpu.get('gpu_instances') or []]
 
     wanted = {}
     for spec in specs:
         wanted[spec.signature] = wanted.get(spec.signature, 0) + 1
-    soft = [gi for gi in current if gi.pods and evictable]
+    soft = [gi for gi in current if gi.pods and evict]
     busy = [gi for gi in current if gi.busy and gi not in soft]
     busy_by_signature = {}
     for gi in busy:
@@ -372,7 +371,7 @@ def _choose_kept(catalog, specs, busy, idle_candidates, repack, soft=()):
             key = (soft_kept, score, len(kept)) if repack else (soft_kept, len(kept), score)
             if best is None or key > best[0]:
                 best = (key, kept, remaining, starts, occupancy)
-        # Bigger subsets come first: without evictable instances the first size that fits is the most kept.
+        # Bigger subsets come first: without instances whose pods may be evicted the first size that fits is the most kept.
         if best is not None and not repack and not soft:
             break
     if best is None:
@@ -403,14 +402,13 @@ def layout_of(gpu):
     return sorted(entries, key=lambda e: e['placement']['start'])
 
 
-def destroyed_instances(gpu, plan, allocated=None):
+def destroyed_instances(gpu, plan, holders=NOBODY):
     """The GPU instances ``plan`` (None: no plan) destroys on ``gpu``, with the MIG device UUIDs workloads know them
-    by and the pods that hold them (``allocated``: GPU instance id -> pods, as for :func:`plan_gpu`)."""
-    allocated = allocated or {}
+    by and the pods that hold them (``holders`` as for :func:`plan_gpu`)."""
     ids = set(a['gpu_instance_id'] for a in (plan.actions if plan else []) if a['action'] == 'destroy_gpu_instance')
     return [{'id': gi['id'], 'profile': gi['profile'], 'placement': dict(gi['placement']),
              'mig_uuids': [ci.get('uuid') for ci in gi['compute_instances'] if ci.get('uuid')],
-             'allocated_to': list(allocated.get(gi['id'], []))}
+             'allocated_to': list(holders.of_instance(gi['id']))}
             for gi in gpu['gpu_instances'] if gi['id'] in ids]
 
 

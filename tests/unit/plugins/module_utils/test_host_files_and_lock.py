@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_lock
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import differs, sync
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import HostLock, LockPermissionDenied, LockTimeout, UnsafeLockPath
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_metrics import write_atomically
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import write_atomically
 
 
 def test_write_atomically_replaces_and_leaves_no_temp(tmp_path):

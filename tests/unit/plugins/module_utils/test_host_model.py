@@ -6,7 +6,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_pids, gpu_processes, host_pids, instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import (
+    NOBODY,
+    GpuHolders,
+    HostHolders,
+    gpu_pids,
+    gpu_processes,
+    host_pids,
+    instance_pids,
+)
 
 
 def _ci(ci_id, start, pids):
@@ -51,3 +59,18 @@ def test_facts_data_without_processes_reads_as_idle():
     """The demand planner reads nvidia_mig_facts' output, whose entries may leave the lists out."""
     assert instance_pids({'id': 1, 'profile': '1g.10gb', 'placement': {'start': 0, 'size': 1}}) == []
     assert gpu_processes({'index': 0, 'gpu_instances': [{'id': 1, 'compute_instances': [{'id': 0}]}]}) == []
+
+
+def test_gpu_holders_name_the_pods_of_the_whole_gpu_and_of_each_instance():
+    holders = GpuHolders(gpu=('ml/whole',), instances={3: ('ml/b', 'ml/a'), 4: ('ml/a',)}, index_pods=('ml/b',))
+    assert holders.of_instance(3) == ('ml/b', 'ml/a') and holders.of_instance(5) == ()
+    assert holders.pods() == ['ml/a', 'ml/b', 'ml/whole']
+    assert holders.as_dict() == {'gpu': ['ml/whole'], 'instances': {3: ['ml/b', 'ml/a'], 4: ['ml/a']}, 'index_pods': ['ml/b']}
+
+
+def test_a_gpu_no_pod_holds_reads_as_nobody():
+    host = HostHolders({'GPU-a': GpuHolders(instances={3: ('ml/a',)})})
+    assert host.of('GPU-a').of_instance(3) == ('ml/a',)
+    assert host.of('GPU-b') is NOBODY and NOBODY.pods() == [] and NOBODY.of_instance(3) == () and NOBODY.index_pods == ()
+    assert host.as_dict() == {'GPU-a': {'gpu': [], 'instances': {3: ['ml/a']}, 'index_pods': []}}
+    assert HostHolders().of('GPU-a') is NOBODY

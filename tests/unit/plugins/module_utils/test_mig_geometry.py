@@ -17,6 +17,7 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _layout_metrics
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
@@ -198,9 +199,9 @@ def test_facts_metrics_and_repack_read_the_same_figures(instances, stranded, fra
     # the fleet map's reading of the same facts: tests/unit/plugins/filter/test_mig_fleet_map.py (a filter plugin
     # needs the controller's ansible package, which ansible-test's module_utils unit run does not have)
     thresholds = {'fragmentation_above': 0.25, 'stranded_above': 0}
-    status = nvidia_mig_repack.plan_repack(gpu, {}, thresholds)[0]
+    status = nvidia_mig_repack.plan_repack(gpu, NOBODY, thresholds)[0]
     assert status == ('repacked' if stranded else 'below_threshold')
-    assert nvidia_mig_repack.plan_repack(gpu, {}, {'fragmentation_above': fragmentation, 'stranded_above': stranded})[0] == 'below_threshold'
+    assert nvidia_mig_repack.plan_repack(gpu, NOBODY, {'fragmentation_above': fragmentation, 'stranded_above': stranded})[0] == 'below_threshold'
 
 
 def test_the_placeable_gauge_counts_more_instances_per_profile():

@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, clearing_plan, disable_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
@@ -54,8 +55,8 @@ def test_clearing_plan_refuses_a_busy_or_held_instance_unless_its_pods_are_evict
         clearing_plan(_gpu([_gi(1, '3g.40gb', 4, 4, pids=[77])]))
     held = _gpu([_gi(1, '3g.40gb', 4, 4)])
     with pytest.raises(PlanningError, match='team/p'):
-        clearing_plan(held, allocated={1: ['team/p']})
-    assert clearing_plan(held, allocated={1: ['team/p']}, evictable=True).after == []
+        clearing_plan(held, GpuHolders(instances={1: ('team/p',)}))
+    assert clearing_plan(held, GpuHolders(instances={1: ('team/p',)}), evict=True).after == []
 
 
 def test_disable_mig_destroys_the_instances_before_the_mode_changes():

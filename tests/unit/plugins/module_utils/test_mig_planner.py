@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import (
     InstanceSpec,
     PlanningError,
@@ -224,7 +225,7 @@ def test_an_evictable_plan_keeps_the_instance_a_pod_holds_rather_than_an_unalloc
     gpu = with_instances(model_gpu('A100-SXM4-80GB'), [('1g.10gb', 0, []), ('1g.10gb', 4, [])])
     held = [gi['id'] for gi in gpu['gpu_instances'] if gi['placement']['start'] == 4][0]
     target = {'1g.10gb': 1, '3g.40gb': 1}
-    plan = plan_gpu(gpu, target, allocated={held: ['team/p']}, evictable=True)
+    plan = plan_gpu(gpu, target, holders=GpuHolders(instances={held: ('team/p',)}), evict=True)
     destroyed = [a for a in plan.actions if a['action'] == 'destroy_gpu_instance']
     assert [(a['placement']['start'], a.get('allocated_to')) for a in destroyed] == [(0, None)]
     without_pods = plan_gpu(gpu, target)

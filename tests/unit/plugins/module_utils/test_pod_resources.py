@@ -469,14 +469,14 @@ def _allocation(resource, device_ids, pod='p'):
 @pytest.mark.parametrize('device_id, by_index', [(MIG_A, False), ('0:0', True), (MIG_A + '::2', False), ('0:0::1', True)])
 def test_allocations_of_a_mig_device_by_uuid_index_or_replica(device_id, by_index):
     # A '<gpu>:<mig device>' id (with or without a replica) names a position that shifts: its pod is an index pod.
-    assert pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb', [device_id])]) == {
+    assert pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/mig-1g.10gb', [device_id])]).as_dict() == {
         'GPU-0': {'instances': {3: ['ns/p']}, 'gpu': [], 'index_pods': ['ns/p'] if by_index else []}}
 
 
 @pytest.mark.parametrize('device_id', ['GPU-1', '1', 'GPU-1::0'])
 def test_allocations_of_a_whole_gpu(device_id):
     # A whole GPU's index does not move when MIG instances change: no index pod.
-    assert pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/gpu', [device_id])]) == {
+    assert pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/gpu', [device_id])]).as_dict() == {
         'GPU-1': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}
 
 
@@ -490,9 +490,9 @@ def test_an_nvidia_device_id_that_matches_nothing_makes_the_allocations_unknown(
     assert '%s (nvidia.com/mig-1g.10gb of pod ns/a)' % MIG_B in message and '7 (nvidia.com/gpu of pod ns/b)' in message
     assert MIG_A + ' ' not in message and 'eth9' not in message and 'nothing is planned' in message
     # Other vendors' resources are none of ours, nor are NVIDIA's Network Operator resources.
-    assert pr_allocations.allocations_of(_host(), allocations[2:]) == {}
+    assert pr_allocations.allocations_of(_host(), allocations[2:]).as_dict() == {}
     network = [_allocation('nvidia.com/rdma_shared_device_a', ['rdma0'], pod='d'), _allocation('nvidia.com/hostdev', ['0000:3b:00.2'], pod='e')]
-    assert pr_allocations.allocations_of(_host(), network) == {}
+    assert pr_allocations.allocations_of(_host(), network).as_dict() == {}
     # Shared (renamed) GPU resources are checked like the plain ones.
     with pytest.raises(pr_allocations.UnknownDeviceIds):
         pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/gpu.shared', ['9::0'], pod='f')])
@@ -574,12 +574,12 @@ def _claim(device, driver='gpu.nvidia.com', cdi=None, pod='p'):
 ])
 def test_a_dra_claimed_device_is_held_by_its_pod(claimed, held):
     # The GPU's minor number, not its NVML index, names it: gpu-0 is GPU 1 here.
-    assert pr_allocations.allocations_of(_dra_host(), [claimed]) == held
+    assert pr_allocations.allocations_of(_dra_host(), [claimed]).as_dict() == held
 
 
 def test_dra_claims_of_other_drivers_are_none_of_ours():
     others = [_claim('channel-0', driver='compute-domain.nvidia.com'), _claim('gpu-0', driver='gpu.example.com')]
-    assert pr_allocations.allocations_of(_dra_host(), others) == {}
+    assert pr_allocations.allocations_of(_dra_host(), others).as_dict() == {}
     assert pr_allocations.gpu_allocations(others) == []
     mine = [_claim('gpu-4-mig-19-0-1'), _allocation('nvidia.com/mig-1g.10gb', [MIG_B])]
     assert pr_allocations.gpu_allocations(others + mine) == mine
@@ -637,4 +637,4 @@ def test_list_pod_devices_reads_dra_claims_from_a_real_grpc_server(kubelet):
     server = kubelet(list_answer=pr_wire.encode_list_response([{'namespace': 'ml', 'pod': 'trainer', 'containers': [
         {'name': 'main', 'claims': {'ml/mig': [{'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-4-mig-19-1-1'}]}}]}]))
     devices = pr.list_pod_devices(server.path, timeout=5)
-    assert pr_allocations.allocations_of(_dra_host(), devices) == {'GPU-0': {'instances': {10: ['ml/trainer']}, 'gpu': [], 'index_pods': []}}
+    assert pr_allocations.allocations_of(_dra_host(), devices).as_dict() == {'GPU-0': {'instances': {10: ['ml/trainer']}, 'gpu': [], 'index_pods': []}}

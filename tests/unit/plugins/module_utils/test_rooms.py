@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import BOOT_CODE
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._boot_install import BOOT_CODE
 
 PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
 PLUGINS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..', 'plugins'))
@@ -69,15 +69,15 @@ def test_every_module_util_lives_in_a_room_or_is_shared_by_all():
 
 
 def test_the_import_reader_sees_both_import_forms():
-    utils, dummy = imported(os.path.join(MODULE_UTILS, 'host', '_host_files.py'))
+    utils, dummy = imported(os.path.join(MODULE_UTILS, 'host', '_boot_install.py'))
     assert {'_errors', 'host/_boot_entry', 'planning/_mig_planner', 'k8s/_pod_resources'} <= utils
 
 
 def test_only_the_payload_list_imports_the_boot_entry_point():
     """The boot entry point is the host's command (main); what the modules share with it lives in _host_record.
-    _host_files imports it only to carry it in nvidia_mig_layout's payload (BOOT_CODE)."""
+    _boot_install imports it only to carry it in nvidia_mig_layout's payload (BOOT_CODE)."""
     importers = [path for path in python_files(PLUGINS) if 'host/_boot_entry' in imported(path)[0]]
-    assert importers == [os.path.join(MODULE_UTILS, 'host', '_host_files.py')]
+    assert importers == [os.path.join(MODULE_UTILS, 'host', '_boot_install.py')]
 
 
 @pytest.mark.parametrize('name', [name for name in MODULE_UTIL_FILES if name != '_module_support'])

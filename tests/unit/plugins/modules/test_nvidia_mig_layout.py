@@ -16,7 +16,7 @@ import pytest
 
 from ansible.module_utils import basic
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_entry, _host_files
+from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_entry, _boot_install
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout
 from ansible_collections.gpufleet.mig.tests.support.simulator import simulated_environment
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
@@ -290,7 +290,7 @@ def test_installed_code_is_the_collections_own_and_needs_no_ansible(simulated_ho
     assert not failed, result
     installed = os.path.join(host_paths['lib_dir'], 'ansible_collections', 'gpufleet', 'mig', 'plugins', 'module_utils')
     kept = sorted(os.path.relpath(os.path.join(folder, name), installed) for folder, dummy, names in os.walk(installed) for name in names)
-    assert kept == sorted(name + '.py' for name in _host_files.BOOT_CODE)
+    assert kept == sorted(name + '.py' for name in _boot_install.BOOT_CODE)
     repository = os.path.join(os.path.dirname(nvidia_mig_layout.__file__), '..', 'module_utils')
     for name in kept:
         assert read(os.path.join(installed, name)) == read(os.path.join(repository, name)), name
