@@ -55,6 +55,7 @@ Run: PYTHONPATH=build/collections:simulator .venv/bin/python benchmarks/demand.p
 from __future__ import absolute_import, division, print_function
 
 import argparse
+import dataclasses
 import heapq
 import os
 import random
@@ -68,7 +69,12 @@ simulator_on_path()
 
 import yaml  # noqa: E402
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import (  # noqa: E402
+    ComputeInstance,
+    GpuHolders,
+    GpuInstance,
+    Placement,
+)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances  # noqa: E402
@@ -118,7 +124,7 @@ def shape_profiles():
     """{model: {(compute, memory slices): profile name}}: the plain profile of each shape on each model."""
     shapes = {}
     for model in MODELS:
-        catalog = Catalog.from_data(model_gpu(model)['profiles'])
+        catalog = Catalog.from_data(model_gpu(model).profiles)
         shapes[model] = {}
         for compute, memory, dummy in DAY_MIX:
             names = [p.name for p in catalog.profiles.values()
@@ -182,7 +188,7 @@ class Gpu(object):
         self.index = index
         self.model = model
         self.data = model_gpu(model)
-        self.catalog = Catalog.from_data(self.data['profiles'])
+        self.catalog = Catalog.from_data(self.data.profiles)
         self.instances = []
         self.next_id = 1
 
@@ -274,11 +280,9 @@ class Replay(object):
                 held[instance[1]] = held.get(instance[1], 0) + 1
         for profile, number in held.items():
             wanted[profile] = max(wanted.get(profile, 0), number)
-        data = {'index': gpu.index, 'profiles': gpu.data['profiles'],
-                'gpu_instances': [{'id': i[0], 'profile': i[1],
-                                   'placement': {'start': i[2], 'size': gpu.catalog.get(i[1]).memory_slices},
-                                   'compute_instances': [{'id': 0, 'profile': i[1], 'placement': {'start': 0, 'size': 1},
-                                                          'processes': []}]} for i in gpu.instances]}
+        data = dataclasses.replace(gpu.data, index=gpu.index, gpu_instances=tuple(
+            GpuInstance(i[0], i[1], Placement(i[2], gpu.catalog.get(i[1]).memory_slices),
+                        compute_instances=(ComputeInstance(0, i[1], Placement(0, 1)),)) for i in gpu.instances))
         while True:
             try:
                 plan = plan_gpu(data, wanted, holders=holders)
@@ -400,7 +404,7 @@ class Replay(object):
                                   'allocated_to': holder, 'compute_instances': []})
                 by_key[(gpu.node, gpu.index, instance[0])] = instance
             nodes.setdefault(gpu.node, {'gpus': []})['gpus'].append(
-                {'index': gpu.index, 'uuid': None, 'profiles': gpu.data['profiles'], 'gpu_instances': instances, 'allocated_to': []})
+                {'index': gpu.index, 'uuid': None, 'profiles': gpu.data.profiles, 'gpu_instances': instances, 'allocated_to': []})
         pending = [{'pod': r.name, 'priority': 0, 'created': '%09.3f' % r.arrival, 'requests': {r.profile: 1}} for r in self.waiting]
         plan = plan_demand(nodes, pending, PLANNER_POLICY)
         self.evicted += len(plan['evictions'])
@@ -451,7 +455,7 @@ def main(argv=None):
     started = time.perf_counter()
     cpu_started = time.process_time()
     shapes = shape_profiles()
-    fleet_slices = sum(Catalog.from_data(model_gpu(m)['profiles']).total_slices for m in MODELS) * options.gpus
+    fleet_slices = sum(Catalog.from_data(model_gpu(m).profiles).total_slices for m in MODELS) * options.gpus
     requests = request_stream(options, shapes, fleet_slices)
     layouts = shipped_layouts()
     print('Demand benchmark: seed %s, %g h, %d GPUs on each of %s (%d memory slices), offered load %.2f, '

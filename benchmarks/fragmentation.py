@@ -56,6 +56,7 @@ Run: PYTHONPATH=build/collections .venv/bin/python benchmarks/fragmentation.py [
 from __future__ import absolute_import, division, print_function
 
 import argparse
+import dataclasses
 import heapq
 import itertools
 import random
@@ -67,6 +68,12 @@ from ansible_collections.gpufleet.mig.tests.support.simulator import simulator_o
 
 simulator_on_path()
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import (  # noqa: E402
+    ComputeInstance,
+    GpuInstance,
+    Placement,
+    Process,
+)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (  # noqa: E402
     Catalog,
     Occupancy,
@@ -142,17 +149,14 @@ class Gpu(object):
         self.refresh()
 
     def plain(self):
-        """The backend's plain form for plan_gpu; an allocated instance runs its pod's process, so it is busy."""
+        """The host model's GPU (_host_model.Gpu) for plan_gpu; an allocated instance runs its pod's process, so it is busy."""
         gpu_instances = []
         for gi in self.instances:
             profile = self.catalog.get(gi.profile)
-            processes = [{'pid': 100000 + gi.id, 'used_memory_mib': 1}] if gi.allocated else []
-            gpu_instances.append({
-                'id': gi.id, 'profile': gi.profile, 'placement': {'start': gi.start, 'size': profile.memory_slices},
-                'compute_instances': [{'id': 0, 'profile': gi.profile,
-                                       'placement': {'start': 0, 'size': profile.compute_slices}, 'processes': processes}],
-            })
-        return {'index': self.index, 'profiles': self.model_data['profiles'], 'gpu_instances': gpu_instances}
+            processes = (Process(100000 + gi.id, 1),) if gi.allocated else ()
+            gpu_instances.append(GpuInstance(gi.id, gi.profile, Placement(gi.start, profile.memory_slices), compute_instances=(
+                ComputeInstance(0, gi.profile, Placement(0, profile.compute_slices), processes=processes),)))
+        return dataclasses.replace(self.model_data, index=self.index, gpu_instances=tuple(gpu_instances))
 
     def counts(self, extra=None):
         counts = {}
@@ -247,7 +251,7 @@ def planner_start(gpu, profile_name):
     plan_gpu is a pure function of the GPU's profiles and instances, so its answer is
     remembered per (model, instances, profile): the same states recur all day long.
     """
-    key = (gpu.model_data['name'], tuple(sorted((gi.profile, gi.start, gi.allocated) for gi in gpu.instances)), profile_name)
+    key = (gpu.model_data.name, tuple(sorted((gi.profile, gi.start, gi.allocated) for gi in gpu.instances)), profile_name)
     if key not in _PLANNED:
         plan = plan_gpu(gpu.plain(), gpu.counts(extra=profile_name))
         creates = [a for a in plan.actions if a['action'] == 'create_gpu_instance']
@@ -279,7 +283,7 @@ class Run(object):
         self.options = options
         self.idle_ttl = idle_ttl
         data = model_gpu(model)
-        catalog = Catalog.from_data(data['profiles'])
+        catalog = Catalog.from_data(data.profiles)
         self.gpus = [Gpu(index, data, catalog) for index in range(options.gpus)]
         self.auto_order = get_model(model)['auto_placement_order']
         self.largest = max((name for name, share in request_profiles(catalog)), key=lambda n: catalog.get(n).rank())
@@ -445,7 +449,7 @@ def simulate(options, idle_ttl):
     """{model: {strategy: Sum}} for one workload, over ``options.days`` independent request streams."""
     results = {}
     for model in MODELS:
-        catalog = Catalog.from_data(model_gpu(model)['profiles'])
+        catalog = Catalog.from_data(model_gpu(model).profiles)
         results[model] = dict((strategy, Sum()) for strategy in STRATEGIES)
         for day in range(options.days):
             requests = request_stream(catalog, options, '%s/%s/%d' % (options.seed, model, day))

@@ -55,12 +55,12 @@ def corpus(size, seed):
 def clear_all_baseline(state, target):
     """mig-parted: a GPU whose instance counts already match passes its assert and is left alone;
     any other is cleared of every instance, then the layout is created."""
-    if counts_of((gi['profile'], gi['placement']['start']) for gi in state['gpu_instances']) == target:
+    if counts_of((gi.profile, gi.start) for gi in state.gpu_instances) == target:
         return 0
-    busy = [gi for gi in state['gpu_instances'] if gi['busy']]
+    busy = [gi for gi in state.gpu_instances if gi.busy]
     if busy:
         return None  # reaching the target means killing busy instances
-    return len(state['gpu_instances'])
+    return len(state.gpu_instances)
 
 
 def mean(values):
@@ -141,7 +141,7 @@ def bench_noop_module(gpus):
                 started = time.perf_counter()
                 backend = _nvml_backend.NvmlBackend()
                 host = backend.read_host()
-                plans = [plan_gpu(gpu, {'1g.10gb': 7}) for gpu in host['gpus']]
+                plans = [plan_gpu(gpu, {'1g.10gb': 7}) for gpu in host.gpus]
                 backend.close()
                 runs.append(time.perf_counter() - started)
                 assert not any(p.changed for p in plans)

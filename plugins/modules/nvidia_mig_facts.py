@@ -269,17 +269,18 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations 
 
 
 def gpu_facts(gpu, holders=NOBODY):
-    """``holders``: the pods that hold this GPU, on the whole GPU and per instance (_host_model.GpuHolders)."""
-    facts = dict(gpu)
+    """The facts of one GPU (_host_model.Gpu), as plain data. ``holders``: the pods that hold this GPU, on the
+    whole GPU and per instance (_host_model.GpuHolders)."""
+    facts = gpu.as_dict()
     facts.pop('unsupported_profiles', None)
     facts['allocated_to'] = list(holders.gpu)
-    facts['gpu_instances'] = [dict(gi, allocated_to=list(holders.of_instance(gi['id']))) for gi in gpu['gpu_instances']]
-    facts['busy'] = bool(gpu['processes']) or any(gi['busy'] for gi in gpu['gpu_instances'])
-    if not gpu['mig_capable']:
+    facts['gpu_instances'] = [dict(gi.as_dict(), allocated_to=list(holders.of_instance(gi.id))) for gi in gpu.gpu_instances]
+    facts['busy'] = gpu.busy
+    if not gpu.mig_capable:
         facts.update(free_slices=0, placeable={}, largest_placeable=None, stranded_slices=0, fragmentation=0.0,
-                     skip_reason='GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
+                     skip_reason='GPU %d (%s) is not MIG-capable' % (gpu.index, gpu.name))
         return facts
-    if not gpu['profiles_known']:
+    if not gpu.profiles_known:
         # NVML describes profiles only while MIG is enabled: no figure can be known yet.
         facts.update(free_slices=None, placeable={}, largest_placeable=None, stranded_slices=None, fragmentation=None,
                      profiles_note='MIG is disabled: NVML describes the profiles (and so the free space) only once MIG is enabled')
@@ -323,14 +324,14 @@ def main_body(module):
     layout, in_layout = declared_state(module, host, pod_devices)
     # Without pod-resources, the pods of running processes are still known from their cgroups.
     holders = host_allocations(host, pod_devices)
-    selected = select_gpus(host['gpus'], module.params['gpus'])
+    selected = select_gpus(host.gpus, module.params['gpus'])
     facts = {
-        'driver_version': host['driver_version'],
-        'nvml_version': host['nvml_version'],
-        'simulated': host['simulated'],
+        'driver_version': host.driver_version,
+        'nvml_version': host.nvml_version,
+        'simulated': host.simulated,
         'pod_resources': pod_status,
         'layout': layout,
-        'gpus': [dict(gpu_facts(gpu, holders.of(gpu['uuid'])), in_layout=in_layout.get(gpu['uuid'])) for gpu, dummy in selected],
+        'gpus': [dict(gpu_facts(gpu, holders.of(gpu.uuid)), in_layout=in_layout.get(gpu.uuid)) for gpu, dummy in selected],
     }
     if allocatable is not None:
         facts['kubelet_allocatable'] = allocatable

@@ -157,7 +157,7 @@ pod_resources:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import HostHolders
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import ENABLED, HostHolders
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, plan_gpu
@@ -192,18 +192,18 @@ def plan_selected(host, params, check_mode, holders=None):
     wanted = wanted_instances(params)
     holders = holders or HostHolders()
     plans = []
-    selected, skipped = select_mig_gpus(host['gpus'], params['gpus'])
+    selected, skipped = select_mig_gpus(host.gpus, params['gpus'])
     for gpu in selected:
-        mode = gpu['mig_mode']
-        if mode['current'] != 'enabled':
-            if not (check_mode and mode['pending'] == 'enabled'):
+        mode = gpu.mig_mode
+        if not mode.enabled:
+            if not (check_mode and mode.pending == ENABLED):
                 raise PlanningError('GPU %d (%s): MIG mode is %s (pending %s); enable it first with gpufleet.mig.nvidia_mig_mode'
-                                    % (gpu['index'], gpu['uuid'], mode['current'], mode['pending']))
+                                    % (gpu.index, gpu.uuid, mode.current, mode.pending))
             plans.append((gpu, None))
             continue
-        gpu_holders = holders.of(gpu['uuid'])
+        gpu_holders = holders.of(gpu.uuid)
         plan = plan_gpu(gpu, wanted, repack=params['repack'], holders=gpu_holders)
-        refusal = index_id_refusal(gpu['index'], list(gpu_holders.index_pods) if plan.changed else [], 'changing its instances')
+        refusal = index_id_refusal(gpu.index, list(gpu_holders.index_pods) if plan.changed else [], 'changing its instances')
         if refusal:
             raise PlanningError(refusal)
         plans.append((gpu, plan))
@@ -220,7 +220,7 @@ def main_body(module):
         plans, skipped = plan_selected(host, module.params, module.check_mode, host_allocations(host, pod_devices))
         for gpu, plan in plans:
             if plan is None:
-                results.append({'index': gpu['index'], 'uuid': gpu['uuid'], 'changed': bool(wanted_instances(module.params)),
+                results.append({'index': gpu.index, 'uuid': gpu.uuid, 'changed': bool(wanted_instances(module.params)),
                                 'before': [], 'after': None, 'actions': [], 'free_space_after': None, 'deferred': True,
                                 'note': DEFERRED_NOTE})
                 continue
@@ -230,11 +230,11 @@ def main_body(module):
                 try:
                     actions, after = apply_plan(backend, gpu, plan)
                 except ApplyError as exc:
-                    module.fail_json(msg=str(exc), gpu=gpu['index'], done=exc.done, layout_now=exc.layout_now,
+                    module.fail_json(msg=str(exc), gpu=gpu.index, done=exc.done, layout_now=exc.layout_now,
                                      gpus=results, actions=all_actions, pod_resources=pod_status)
             results.append({
-                'index': gpu['index'],
-                'uuid': gpu['uuid'],
+                'index': gpu.index,
+                'uuid': gpu.uuid,
                 'changed': plan.changed,
                 'before': plan.before,
                 'after': after,
@@ -243,7 +243,7 @@ def main_body(module):
                 'deferred': False,
                 'note': None,
             })
-            all_actions.extend(dict(action, gpu=gpu['index']) for action in actions)
+            all_actions.extend(dict(action, gpu=gpu.index) for action in actions)
 
     output = dict(changed=any(r['changed'] for r in results), gpus=results, actions=all_actions, skipped_gpus=skipped,
                   pod_resources=pod_status)

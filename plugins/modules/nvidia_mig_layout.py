@@ -507,10 +507,10 @@ def diff_of(decision, after):
         planned = gpu.as_dict()
         end = final.get(gpu.index)
         if end is not None:
-            after_mode, after_layout = end.gpu['mig_mode'], end.as_dict()['before']
+            after_mode, after_layout = end.gpu.mig_mode, end.as_dict()['before']
         else:
             after_mode, after_layout = gpu.mode.after, planned['after']
-        diff.mode(gpu.index, gpu.gpu['mig_mode'], after_mode)
+        diff.mode(gpu.index, gpu.gpu.mig_mode.as_dict(), after_mode.as_dict())
         diff.layout(gpu.index, planned['before'], after_layout, note=planned['note'])
     return diff.as_dict()
 

@@ -155,32 +155,32 @@ def main_body(module):
         host = backend.read_host()
         holders = host_allocations(host, pod_devices)
         decisions = []
-        selected, skipped = select_mig_gpus(host['gpus'], module.params['gpus'])
+        selected, skipped = select_mig_gpus(host.gpus, module.params['gpus'])
         for gpu in selected:
-            decisions.append(ModeDecision(gpu, wanted_enabled, allow_reset, pods=holders.of(gpu['uuid']).pods()))
+            decisions.append(ModeDecision(gpu, wanted_enabled, allow_reset, pods=holders.of(gpu.uuid).pods()))
         problems = [d.problem() for d in decisions if d.problem()]
         if problems:
             module.fail_json(msg='; '.join(problems), skipped_gpus=skipped, pod_resources=pod_status)
         planned = []
         for decision in decisions:
-            gpu_holders = holders.of(decision.gpu['uuid'])
+            gpu_holders = holders.of(decision.gpu.uuid)
             clear = clearing_plan(decision.gpu, gpu_holders) if decision.needs_set and not wanted_enabled else None
             planned.append((decision, clear, gpu_holders))
 
         results = []
         for decision, clear, gpu_holders in planned:
             gpu = decision.gpu
-            outcome = {'after': decision.after, 'reset_performed': decision.needs_reset, 'pending_reason': None}
+            outcome = {'after': decision.after.as_dict(), 'reset_performed': decision.needs_reset, 'pending_reason': None}
             if decision.changed and not module.check_mode:
                 if wanted_enabled:
                     outcome = change_mode(backend, decision)
                 else:
                     outcome = disable_mig(backend, decision, clear, lambda plan, gpu=gpu: apply_plan(backend, gpu, plan))
             results.append({
-                'index': gpu['index'],
-                'uuid': gpu['uuid'],
-                'before': dict(gpu['mig_mode']),
-                'after': dict(outcome['after']),
+                'index': gpu.index,
+                'uuid': gpu.uuid,
+                'before': gpu.mig_mode.as_dict(),
+                'after': outcome['after'],
                 'reset_required': outcome['after']['current'] != outcome['after']['pending'],
                 'reset_performed': outcome['reset_performed'],
                 'pending_reason': outcome['pending_reason'],

@@ -148,16 +148,16 @@ def figures(analysis):
 def plan_repack(gpu, holders, params):
     """(status, reason, plan or None) for one GPU: pure, from its current state. ``holders``: the pods that hold
     it (_host_model.GpuHolders); those holding its MIG devices by index id would name other instances after any move."""
-    if gpu['mig_mode']['current'] != 'enabled':
+    if not gpu.mig_mode.enabled:
         return 'mig_disabled', 'MIG is disabled', None
     before = free_space(gpu)
     if before['fragmentation'] <= params['fragmentation_above'] and before['stranded_slices'] <= params['stranded_above']:
         return 'below_threshold', 'fragmentation %.2f and %d stranded slice(s) are within the thresholds' % (
             before['fragmentation'], before['stranded_slices']), None
-    refusal = index_id_refusal(gpu['index'], list(holders.index_pods), 'moving its instances')
+    refusal = index_id_refusal(gpu.index, list(holders.index_pods), 'moving its instances')
     if refusal:
         return 'no_idle_move', refusal, None
-    empty = [gi['id'] for gi in gpu['gpu_instances'] if not gi['compute_instances']]
+    empty = [gi.id for gi in gpu.gpu_instances if not gi.compute_instances]
     if empty:
         return 'no_idle_move', 'GPU instance(s) %s have no compute instance, which no layout describes' % empty, None
     try:
@@ -168,7 +168,7 @@ def plan_repack(gpu, holders, params):
     better = (plan.analysis['largest_placeable_slices'], -plan.analysis['stranded_slices']) > (
         before['largest_placeable_slices'], -before['stranded_slices'])
     if not plan.changed or not better:
-        staying = [gi['id'] for gi in gpu['gpu_instances'] if gi.get('busy') or holders.of_instance(gi['id'])]
+        staying = [gi.id for gi in gpu.gpu_instances if gi.busy or holders.of_instance(gi.id)]
         return 'no_idle_move', ('no move of an idle, unallocated instance improves the free space (busy or allocated '
                                 'instances %s stay where they are)' % staying), None
     return 'repacked', None, plan
@@ -186,21 +186,21 @@ def main_body(module):
         host = backend.read_host()
         holders = host_allocations(host, pod_devices)
         planned = []
-        selected, skipped = select_mig_gpus(host['gpus'], params['gpus'])
+        selected, skipped = select_mig_gpus(host.gpus, params['gpus'])
         for gpu in selected:
-            status, reason, plan = plan_repack(gpu, holders.of(gpu['uuid']), params)
+            status, reason, plan = plan_repack(gpu, holders.of(gpu.uuid), params)
             planned.append((gpu, status, reason, plan))
         for gpu, status, reason, plan in planned:
             actions = plan.actions if plan else []
             if plan and not module.check_mode:
                 actions, dummy = apply_plan(backend, gpu, plan)
-            done.extend(dict(action, gpu=gpu['index']) for action in actions)
+            done.extend(dict(action, gpu=gpu.index) for action in actions)
             results.append({
-                'index': gpu['index'],
-                'uuid': gpu['uuid'],
+                'index': gpu.index,
+                'uuid': gpu.uuid,
                 'status': status,
                 'reason': reason,
-                'before': figures(free_space(gpu)) if gpu['profiles'] else None,
+                'before': figures(free_space(gpu)) if gpu.profiles else None,
                 'after': figures(plan.analysis) if plan else None,
                 'actions': actions,
                 'before_layout': plan.before if plan else None,

@@ -35,19 +35,19 @@ def select_gpus(gpus, selectors):
         if selector.lower() == 'all':
             matched = [(gpu, False) for gpu in gpus]
         elif selector.isdigit():
-            matched = [(gpu, True) for gpu in gpus if gpu['index'] == int(selector)]
+            matched = [(gpu, True) for gpu in gpus if gpu.index == int(selector)]
         elif _PCI_DEVICE_ID_RE.match(selector):
-            matched = [(gpu, True) for gpu in gpus if gpu['pci_device_id'].lower() == selector.lower()]
+            matched = [(gpu, True) for gpu in gpus if (gpu.pci_device_id or '').lower() == selector.lower()]
         elif selector.upper().startswith('GPU-'):
-            matched = [(gpu, True) for gpu in gpus if gpu['uuid'].lower() == selector.lower()]
+            matched = [(gpu, True) for gpu in gpus if (gpu.uuid or '').lower() == selector.lower()]
         else:
             raise SelectionError("invalid GPU selector %r: use 'all', an index such as 0, a UUID such as GPU-..., "
                                  "or a PCI device id such as 0x20B210DE" % (raw,))
         if not matched:
-            available = ', '.join('%d (%s, %s)' % (g['index'], g['uuid'], g['pci_device_id']) for g in gpus) or 'none'
+            available = ', '.join('%d (%s, %s)' % (g.index, g.uuid, g.pci_device_id) for g in gpus) or 'none'
             raise SelectionError('GPU selector %r matches no GPU on this host (GPUs: %s)' % (raw, available))
         for gpu, explicit in matched:
-            chosen[gpu['index']] = (gpu, explicit or chosen.get(gpu['index'], (None, False))[1])
+            chosen[gpu.index] = (gpu, explicit or chosen.get(gpu.index, (None, False))[1])
     return [chosen[index] for index in sorted(chosen)]
 
 
@@ -60,10 +60,10 @@ def select_mig_gpus(gpus, selectors):
     selected = []
     skipped = []
     for gpu, explicit in select_gpus(gpus, selectors):
-        if gpu['mig_capable']:
+        if gpu.mig_capable:
             selected.append(gpu)
         elif explicit:
-            raise SelectionError('GPU %d (%s) is not MIG-capable' % (gpu['index'], gpu['name']))
+            raise SelectionError('GPU %d (%s) is not MIG-capable' % (gpu.index, gpu.name))
         else:
-            skipped.append({'index': gpu['index'], 'name': gpu['name'], 'reason': 'not MIG-capable'})
+            skipped.append({'index': gpu.index, 'name': gpu.name, 'reason': 'not MIG-capable'})
     return selected, skipped

@@ -22,7 +22,6 @@ __metaclass__ = type
 
 import contextlib
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import gpu_processes
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry, match_gpus
@@ -79,7 +78,7 @@ class GpuDecision(object):
         self.checked_with = None
         if self.wanted_enabled:
             # The entry may depend on the GPU's memory slices (pending match): known once MIG is on.
-            if gpu['mig_mode']['current'] == 'enabled' and not match['pending']:
+            if gpu.mig_mode.enabled and not match['pending']:
                 self.instances = concrete_instances(match['mig_devices'], gpu)
                 self.plan = plan_gpu(gpu, self.instances, holders=holders, evict=self.evict)
             else:
@@ -97,11 +96,11 @@ class GpuDecision(object):
         """Processes on the GPU that no pod holding it (or their instance) accounts for."""
         def accounted(gi_id):
             return self.holders.gpu if gi_id is None else self.holders.of_instance(gi_id)
-        return sorted(set(pid for gi_id, pid in gpu_processes(self.gpu) if not accounted(gi_id)))
+        return sorted(set(pid for gi_id, pid in self.gpu.process_places() if not accounted(gi_id)))
 
     @property
     def index(self):
-        return self.gpu['index']
+        return self.gpu.index
 
     @property
     def in_layout(self):
@@ -110,9 +109,9 @@ class GpuDecision(object):
     @property
     def reboot_required(self):
         """The wanted mode is pending and nothing but a reset or reboot applies it."""
-        mode = self.gpu['mig_mode']
+        mode = self.gpu.mig_mode
         wanted = mode_name(self.wanted_enabled)
-        return mode['pending'] == wanted and mode['current'] != wanted
+        return mode.pending == wanted and mode.current != wanted
 
     def actions(self):
         """Mode steps and instance actions in the order they run (disabling: instances first)."""
@@ -163,15 +162,15 @@ class GpuDecision(object):
     def as_dict(self):
         return {
             'index': self.index,
-            'uuid': self.gpu['uuid'],
-            'name': self.gpu['name'],
-            'pci_device_id': self.gpu['pci_device_id'],
+            'uuid': self.gpu.uuid,
+            'name': self.gpu.name,
+            'pci_device_id': self.gpu.pci_device_id,
             'entries': list(self.match['entries']),
             'mig_enabled': self.wanted_enabled,
             'mig_devices': self.match['mig_devices'],
             'candidates': self.match['candidates'],
             'instances': self.instances,
-            'mode': {'before': dict(self.gpu['mig_mode']), 'after': dict(self.mode.after)},
+            'mode': {'before': self.gpu.mig_mode.as_dict(), 'after': self.mode.after.as_dict()},
             'in_layout': self.in_layout,
             'reboot_required': self.reboot_required,
             'deferred': self.deferred,
@@ -220,12 +219,12 @@ class HostDecision(object):
 
 
 def decide(host, request):
-    """Pure: the host's GPUs (backend read_host data) against ``request``. Raises on anything that
+    """Pure: the host's GPUs (_host_model.Host) against ``request``. Raises on anything that
     cannot be applied (a busy instance the layout drops, a profile the GPU does not offer, ...)."""
-    matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
-    by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
+    matched = match_gpus(request.entries, host.gpus, request.unmatched, layout=request.name)
+    by_index = dict((gpu.index, gpu) for gpu in host.gpus)
     holders = allocations_of(host, request.pod_devices, request.pid_pods)
-    decisions = [GpuDecision(by_index[match['index']], match, request, holders.of(by_index[match['index']]['uuid']), host['gpus'])
+    decisions = [GpuDecision(by_index[match['index']], match, request, holders.of(by_index[match['index']].uuid), host.gpus)
                  for match in matched['gpus']]
     return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
 
@@ -235,18 +234,18 @@ def in_layout_by_uuid(host, request):
     for one GPU: a GPU that cannot be brought to the layout (a busy instance in the way) is simply not
     in it. A GPU no entry matches (left as it is) is None; GPUs without MIG are left out."""
     try:
-        matched = match_gpus(request.entries, host['gpus'], request.unmatched, layout=request.name)
+        matched = match_gpus(request.entries, host.gpus, request.unmatched, layout=request.name)
     except LayoutConfigError:
         return {}
-    by_index = dict((gpu['index'], gpu) for gpu in host['gpus'])
+    by_index = dict((gpu.index, gpu) for gpu in host.gpus)
     holders = allocations_of(host, request.pod_devices, request.pid_pods)
     result = {}
     for match in matched['gpus']:
         gpu = by_index[match['index']]
         try:
-            result[gpu['uuid']] = GpuDecision(gpu, match, request, holders.of(gpu['uuid'])).in_layout
+            result[gpu.uuid] = GpuDecision(gpu, match, request, holders.of(gpu.uuid)).in_layout
         except (LayoutConfigError, PlanningError):
-            result[gpu['uuid']] = False
+            result[gpu.uuid] = False
     result.update((gpu['uuid'], None) for gpu in matched['unmatched'])
     return result
 
@@ -298,7 +297,7 @@ def _apply_plan_or_replan(backend, decision, gpu, plan, instances, done):
             raise ApplyError(str(exc), [], exc.layout_now, cause=exc.cause)
         gpu = backend.read_gpu(index)
         going = set(a['gpu_instance_id'] for a in plan.actions if a['action'].startswith('destroy'))
-        if not any(ci['processes'] for gi in gpu['gpu_instances'] if gi['id'] in going for ci in gi['compute_instances']):
+        if not any(gi.busy for gi in gpu.gpu_instances if gi.id in going):
             raise ApplyError('GPU %d is busy: NVML refused to destroy an instance (NVML_ERROR_IN_USE) and lists no process on '
                              'it, so a GPU client holds its MIG devices (DCGM, dcgm-exporter: stop it, or name its systemd '
                              'service in gpu_clients); %s' % (index, exc.cause), [], layout_of(gpu), cause=exc.cause)
@@ -326,7 +325,7 @@ def _apply_gpu(backend, decision, request, done):
     instances = decision.instances
     if decision.deferred or decision.mode.changed:
         gpu = backend.read_gpu(index)
-        if gpu['mig_mode']['current'] != decision.mode.wanted:
+        if gpu.mig_mode.current != decision.mode.wanted:
             # Still pending (no reset allowed, or none tried): the profiles stay unknown; reported as reboot_required.
             return
         match = choose_entry(decision.match, gpu, request.unmatched, layout=request.name)

@@ -6,7 +6,7 @@
 
 """Prometheus textfile-collector output for the MIG layout of one host.
 
-Pure Python: no NVML, no Ansible imports. Input is the backend's ``read_host()`` data, whether
+Pure Python: no NVML, no Ansible imports. Input is the backend's ``read_host()`` (_host_model.Host), whether
 each GPU holds the declared layout, which pods hold its instances, the last apply record and the
 stranded slice-seconds so far. Written atomically (temp + rename). The metrics and alert rules
 are documented in docs/metrics.md.
@@ -19,8 +19,8 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import write_atomically
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import HostHolders
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy, analyze
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import ENABLED, HostHolders
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import free_space
 
 
 _HELP = (
@@ -57,16 +57,9 @@ def _labels(**labels):
     return '{%s}' % ','.join('%s="%s"' % (key, _escape(labels[key])) for key in sorted(labels))
 
 
-def _gpu_figures(gpu):
-    catalog = Catalog.from_data(gpu['profiles'])
-    occupancy = Occupancy.of(catalog, [(gi['profile'], gi['placement']['start']) for gi in gpu['gpu_instances']])
-    return analyze(catalog, occupancy)
-
-
 def stranded_figures(host):
     """{GPU uuid: stranded slices now}, for the GPUs whose profiles are known (MIG enabled)."""
-    return dict((gpu['uuid'], _gpu_figures(gpu)['stranded_slices']) for gpu in host['gpus']
-                if gpu.get('mig_capable') and gpu.get('profiles'))
+    return dict((gpu.uuid, free_space(gpu)['stranded_slices']) for gpu in host.gpus if gpu.mig_capable and gpu.profiles)
 
 
 def accumulate_stranded(path, stranded, now):
@@ -103,32 +96,32 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, holders=None, stran
     holders = holders or HostHolders()
     stranded_totals = stranded_totals or {}
     samples = dict((name, []) for name, dummy, dummy2 in _HELP)
-    for gpu in host['gpus']:
-        if not gpu.get('mig_capable'):
+    for gpu in host.gpus:
+        if not gpu.mig_capable:
             continue
-        base = dict(gpu=gpu['index'], uuid=gpu['uuid'], model=gpu['name'])
-        samples['gpufleet_mig_mode_enabled'].append((base, int(gpu['mig_mode']['current'] == 'enabled')))
-        samples['gpufleet_mig_mode_pending_enabled'].append((base, int(gpu['mig_mode']['pending'] == 'enabled')))
-        if in_layout_by_uuid.get(gpu['uuid']) is not None:
-            samples['gpufleet_mig_gpu_in_layout'].append((base, int(in_layout_by_uuid[gpu['uuid']])))
-        elif gpu['uuid'] in in_layout_by_uuid:
+        base = dict(gpu=gpu.index, uuid=gpu.uuid, model=gpu.name)
+        samples['gpufleet_mig_mode_enabled'].append((base, int(gpu.mig_mode.current == ENABLED)))
+        samples['gpufleet_mig_mode_pending_enabled'].append((base, int(gpu.mig_mode.pending == ENABLED)))
+        if in_layout_by_uuid.get(gpu.uuid) is not None:
+            samples['gpufleet_mig_gpu_in_layout'].append((base, int(in_layout_by_uuid[gpu.uuid])))
+        elif gpu.uuid in in_layout_by_uuid:
             samples['gpufleet_mig_gpu_unmatched'].append((base, 1))
-        gpu_holders = holders.of(gpu['uuid'])
-        for gi in gpu['gpu_instances']:
+        gpu_holders = holders.of(gpu.uuid)
+        for gi in gpu.gpu_instances:
             samples['gpufleet_mig_instance_info'].append((dict(
-                base, gpu_instance=gi['id'], profile=gi['profile'], start=gi['placement']['start'], size=gi['placement']['size'],
-                busy=str(bool(gi.get('busy'))).lower(), pods=','.join(gpu_holders.of_instance(gi['id']))), 1))
-        if gpu['uuid'] in stranded_totals:
-            samples['gpufleet_mig_stranded_slice_seconds_total'].append((base, round(stranded_totals[gpu['uuid']], 3)))
-        if not gpu.get('profiles'):
+                base, gpu_instance=gi.id, profile=gi.profile, start=gi.placement.start, size=gi.placement.size,
+                busy=str(gi.busy).lower(), pods=','.join(gpu_holders.of_instance(gi.id))), 1))
+        if gpu.uuid in stranded_totals:
+            samples['gpufleet_mig_stranded_slice_seconds_total'].append((base, round(stranded_totals[gpu.uuid], 3)))
+        if not gpu.profiles:
             continue
-        figures = _gpu_figures(gpu)
-        by_profile = dict((p['name'], 0) for p in gpu['profiles'])
-        for gi in gpu['gpu_instances']:
-            by_profile[gi['profile']] = by_profile.get(gi['profile'], 0) + 1
+        figures = free_space(gpu)
+        by_profile = dict((p['name'], 0) for p in gpu.profiles)
+        for gi in gpu.gpu_instances:
+            by_profile[gi.profile] = by_profile.get(gi.profile, 0) + 1
         for profile in sorted(by_profile):
             samples['gpufleet_mig_gpu_instances'].append((dict(base, profile=profile), by_profile[profile]))
-        samples['gpufleet_mig_busy_instances'].append((base, sum(1 for gi in gpu['gpu_instances'] if gi.get('busy'))))
+        samples['gpufleet_mig_busy_instances'].append((base, sum(1 for gi in gpu.gpu_instances if gi.busy)))
         samples['gpufleet_mig_free_slices'].append((base, figures['free_slices']))
         samples['gpufleet_mig_stranded_slices'].append((base, figures['stranded_slices']))
         samples['gpufleet_mig_largest_placeable_slices'].append((base, figures['largest_placeable_slices']))

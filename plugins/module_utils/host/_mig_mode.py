@@ -18,7 +18,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY, gpu_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import DISABLED, ENABLED, NOBODY, MigMode
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import plan_gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import BackendError
 
@@ -34,7 +34,7 @@ _PENDING_REASONS = {
 
 
 def mode_name(enabled):
-    return 'enabled' if enabled else 'disabled'
+    return ENABLED if enabled else DISABLED
 
 
 def pending_reason(activation_status):
@@ -56,15 +56,15 @@ class ModeDecision(object):
         self.gpu = gpu
         self.wanted = mode_name(wanted_enabled)
         self.allow_reset = allow_reset
-        mode = gpu['mig_mode']
+        mode = gpu.mig_mode
         # Idle: the set applies at once. Already pending: on Hopper and later the set is asked again (it applies
         # once the GPU is idle; change_mode resets only if it still does not); on Ampere only a reset applies it.
-        resetless = gpu.get('architecture') in RESETLESS_ARCHITECTURES
-        self.needs_set = mode['pending'] != self.wanted or (resetless and mode['current'] != self.wanted)
-        self.needs_reset = allow_reset and not self.needs_set and mode['current'] != self.wanted
-        current_after = self.wanted if (self.needs_set or self.needs_reset) else mode['current']
-        self.after = {'current': current_after, 'pending': self.wanted}
-        self.pids = gpu_pids(gpu)
+        resetless = gpu.architecture in RESETLESS_ARCHITECTURES
+        self.needs_set = mode.pending != self.wanted or (resetless and mode.current != self.wanted)
+        self.needs_reset = allow_reset and not self.needs_set and mode.current != self.wanted
+        current_after = self.wanted if (self.needs_set or self.needs_reset) else mode.current
+        self.after = MigMode(current_after, self.wanted)
+        self.pids = gpu.pids()
         self.pods = sorted(set(pods))
 
     @property
@@ -74,7 +74,7 @@ class ModeDecision(object):
     @property
     def in_effect(self):
         """Mode already as wanted, current and pending."""
-        return self.gpu['mig_mode'] == {'current': self.wanted, 'pending': self.wanted}
+        return self.gpu.mig_mode.is_steady(self.wanted)
 
     def problem(self):
         """Why this GPU's mode cannot be changed now, or None."""
@@ -87,7 +87,7 @@ class ModeDecision(object):
             users.append('pod(s) %s hold the GPU or its instances' % ', '.join(self.pods))
         if not users:
             return None
-        return 'GPU %d (%s): %s; stop them before changing MIG mode' % (self.gpu['index'], self.gpu['uuid'], ' and '.join(users))
+        return 'GPU %d (%s): %s; stop them before changing MIG mode' % (self.gpu.index, self.gpu.uuid, ' and '.join(users))
 
 
 def change_mode(backend, decision, report_refused_reset=False):
@@ -97,15 +97,15 @@ def change_mode(backend, decision, report_refused_reset=False):
     then the mode is left pending and the refusal is the ``pending_reason`` (reset_required).
     Returns {before, after, activation_status, reset_performed, reset_required, pending_reason}.
     """
-    index = decision.gpu['index']
-    before = dict(decision.gpu['mig_mode'])
+    index = decision.gpu.index
+    before = decision.gpu.mig_mode
     status = None
     if decision.needs_set:
         status = backend.set_mig_mode(index, decision.wanted == 'enabled')
     after = backend.read_mode(index)
     reset_performed = False
     refusal = None
-    if after['current'] != decision.wanted and decision.allow_reset:
+    if after.current != decision.wanted and decision.allow_reset:
         try:
             backend.reset_gpu(index)
             reset_performed = True
@@ -114,14 +114,14 @@ def change_mode(backend, decision, report_refused_reset=False):
                 raise
             refusal = 'the GPU reset was refused: %s' % exc
         after = backend.read_mode(index)
-    reset_required = after['current'] != after['pending']
+    reset_required = after.current != after.pending
     reason = None
     if reset_required:
         causes = [cause for cause in (pending_reason(status), refusal) if cause]
         reason = '; '.join(causes) or ('a GPU reset is not allowed' if not decision.allow_reset else 'the reset did not apply it')
     return {
-        'before': before,
-        'after': after,
+        'before': before.as_dict(),
+        'after': after.as_dict(),
         'activation_status': status,
         'reset_performed': reset_performed,
         'reset_required': reset_required,
@@ -132,7 +132,7 @@ def change_mode(backend, decision, report_refused_reset=False):
 def clearing_plan(gpu, holders=NOBODY, evict=False):
     """MIG goes off only once every GPU instance is gone: the plan that destroys them all, or None on a GPU without
     any. Busy instances, and those pods hold (``holders`` and ``evict`` as for _mig_planner.plan_gpu), refuse there."""
-    if not gpu['gpu_instances']:
+    if not gpu.gpu_instances:
         return None
     return plan_gpu(gpu, {}, holders=holders, evict=evict)
 

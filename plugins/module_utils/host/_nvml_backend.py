@@ -4,7 +4,7 @@
 #
 # Private module utils of gpufleet.mig: the interface may change at any time.
 
-"""Thin NVML backend: reads MIG state into plain data and performs single mutations.
+"""Thin NVML backend: reads MIG state into the host model (_host_model.Host) and performs single mutations.
 
 Everything goes through the official ``pynvml`` bindings (package ``nvidia-ml-py``).
 When ``GPUFLEET_MIG_SIMULATOR`` names a state file, the simulator package (a test double that
@@ -22,8 +22,20 @@ import ctypes
 import importlib
 import os
 import traceback
+from dataclasses import replace
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import (
+    DISABLED,
+    ENABLED,
+    ComputeInstance,
+    Gpu,
+    GpuInstance,
+    Host,
+    MigMode,
+    Placement,
+    Process,
+)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import derived_compute_profiles
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError, compute_instance_name
 
@@ -91,6 +103,10 @@ def _nvml_error_name(exc):
     return nvml_error_name(getattr(exc, 'value', '?'))
 
 
+def _mig_mode(current, pending):
+    return MigMode(ENABLED if current else DISABLED, ENABLED if pending else DISABLED)
+
+
 def _text(value):
     return value.decode('utf-8', 'replace') if isinstance(value, bytes) else value
 
@@ -134,58 +150,47 @@ class NvmlBackend(object):
 
     def read_host(self, with_profiles=True):
         count = self._call(None, 'count GPUs', pynvml.nvmlDeviceGetCount)
-        return {
-            'driver_version': _text(self._call(None, 'read driver version', pynvml.nvmlSystemGetDriverVersion)),
-            'nvml_version': _text(self._call(None, 'read NVML version', pynvml.nvmlSystemGetNVMLVersion)),
-            'simulated': self.simulated,
-            'gpus': [self.read_gpu(index, with_profiles) for index in range(count)],
-        }
+        return Host(gpus=tuple(self.read_gpu(index, with_profiles) for index in range(count)),
+                    driver_version=_text(self._call(None, 'read driver version', pynvml.nvmlSystemGetDriverVersion)),
+                    nvml_version=_text(self._call(None, 'read NVML version', pynvml.nvmlSystemGetNVMLVersion)),
+                    simulated=self.simulated)
 
     def _handle(self, index):
         return self._call(index, 'get handle', pynvml.nvmlDeviceGetHandleByIndex, index)
 
     def read_gpu(self, index, with_profiles=True):
-        """One GPU as plain data. NVML hides profiles while MIG is disabled: they are read (and
+        """One GPU (_host_model.Gpu). NVML hides profiles while MIG is disabled: they are read (and
         ``profiles_known`` is true) only while MIG is currently enabled."""
         handle = self._handle(index)
         pci = self._call(index, 'read PCI info', pynvml.nvmlDeviceGetPciInfo, handle)
-        gpu = {
-            'index': index,
-            'uuid': _text(self._call(index, 'read UUID', pynvml.nvmlDeviceGetUUID, handle)),
-            'name': _text(self._call(index, 'read name', pynvml.nvmlDeviceGetName, handle)),
-            'pci_device_id': '0x%08X' % pci.pciDeviceId,
-            'pci_subsystem_id': '0x%08X' % pci.pciSubSystemId,
-            'pci_bus_id': _text(pci.busId),
-            'architecture': _ARCHITECTURES.get(self._call(index, 'read architecture', pynvml.nvmlDeviceGetArchitecture, handle), 'unknown'),
-            'memory_total_mib': self._call(index, 'read memory', pynvml.nvmlDeviceGetMemoryInfo, handle).total // (1024 * 1024),
-            'minor_number': self._minor_number(index, handle),
-            'mig_capable': True,
-            'mig_mode': {'current': 'disabled', 'pending': 'disabled'},
-            'profiles': [],
-            'profiles_known': False,
-            'unsupported_profiles': [],
-            'gpu_instances': [],
-            'processes': [],
-        }
+        identity = dict(
+            index=index,
+            uuid=_text(self._call(index, 'read UUID', pynvml.nvmlDeviceGetUUID, handle)),
+            name=_text(self._call(index, 'read name', pynvml.nvmlDeviceGetName, handle)),
+            pci_device_id='0x%08X' % pci.pciDeviceId,
+            pci_subsystem_id='0x%08X' % pci.pciSubSystemId,
+            pci_bus_id=_text(pci.busId),
+            architecture=_ARCHITECTURES.get(self._call(index, 'read architecture', pynvml.nvmlDeviceGetArchitecture, handle), 'unknown'),
+            memory_total_mib=self._call(index, 'read memory', pynvml.nvmlDeviceGetMemoryInfo, handle).total // (1024 * 1024),
+            minor_number=self._minor_number(index, handle),
+        )
+        mig_capable = True
         try:
             current, pending = pynvml.nvmlDeviceGetMigMode(handle)
         except pynvml.NVMLError as exc:
             if exc.value != pynvml.NVML_ERROR_NOT_SUPPORTED:
                 raise BackendError('GPU %d: read MIG mode failed: %s (%s)' % (index, _nvml_error_name(exc), exc))
-            gpu['mig_capable'] = False
+            mig_capable = False
             current = pending = pynvml.NVML_DEVICE_MIG_DISABLE
-        gpu['mig_mode'] = {'current': 'enabled' if current else 'disabled', 'pending': 'enabled' if pending else 'disabled'}
-        gpu['reset_required'] = current != pending
+        gpu = Gpu(mig_capable=mig_capable, mig_mode=_mig_mode(current, pending), reset_required=current != pending, **identity)
         if not current:
-            gpu['processes'] = self._processes(index, handle)
-            if gpu['mig_capable']:
-                gpu['placements_without_mig'] = self._placements_without_mig(index, handle)
-            return gpu
+            return replace(gpu, processes=self._processes(index, handle),
+                           placements_without_mig=self._placements_without_mig(index, handle) if mig_capable else None)
         gi_profiles = self._gi_profile_infos(index, handle)
-        gpu['gpu_instances'] = self._gpu_instances(index, handle, gi_profiles)
+        gpu = replace(gpu, gpu_instances=self._gpu_instances(index, handle, gi_profiles))
         if with_profiles:
-            gpu['profiles'], gpu['unsupported_profiles'] = self._profiles(index, handle, gi_profiles, gpu['gpu_instances'])
-            gpu['profiles_known'] = True
+            profiles, unsupported = self._profiles(index, handle, gi_profiles, gpu.gpu_instances)
+            gpu = replace(gpu, profiles=profiles, unsupported_profiles=unsupported, profiles_known=True)
         return gpu
 
     def _minor_number(self, index, handle):
@@ -234,15 +239,15 @@ class NvmlBackend(object):
 
     def _processes(self, index, handle):
         procs = self._call(index, 'list processes', pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
-        return [{'pid': p.pid, 'used_memory_mib': (p.usedGpuMemory or 0) // (1024 * 1024)} for p in procs]
+        return tuple(Process(p.pid, (p.usedGpuMemory or 0) // (1024 * 1024)) for p in procs)
 
     def _profiles(self, index, handle, gi_profiles, gpu_instances):
         profiles = []
         unsupported = []
         ci_by_gi_profile = {}
         for gi in gpu_instances:
-            if gi['profile_id'] not in ci_by_gi_profile:
-                ci_by_gi_profile[gi['profile_id']] = self._compute_profiles(index, handle, gi['id'], gi['profile'])
+            if gi.profile_id not in ci_by_gi_profile:
+                ci_by_gi_profile[gi.profile_id] = self._compute_profiles(index, handle, gi.id, gi.profile)
         for enum, info in gi_profiles:
             name = _short_profile_name(info.name)
             if name is None:
@@ -329,17 +334,12 @@ class NvmlBackend(object):
             for position in range(count.value):
                 gi_info = self._call(index, 'read GPU instance', pynvml.nvmlGpuInstanceGetInfo, array[position])
                 gi_name = _short_profile_name(info.name) or _text(info.name)
-                instances.append({
-                    'id': gi_info.id,
-                    'profile': gi_name,
-                    'profile_id': gi_info.profileId,
-                    'placement': {'start': gi_info.placement.start, 'size': gi_info.placement.size},
-                    'compute_instances': self._compute_instances(index, array[position], gi_info.id, gi_name, mig_devices,
-                                                                 ci_profiles.setdefault(info.id, [])),
-                })
-        for gi in instances:
-            gi['busy'] = any(ci['processes'] for ci in gi['compute_instances'])
-        return sorted(instances, key=lambda gi: gi['placement']['start'])
+                instances.append(GpuInstance(
+                    id=gi_info.id, profile=gi_name, profile_id=gi_info.profileId,
+                    placement=Placement(gi_info.placement.start, gi_info.placement.size),
+                    compute_instances=self._compute_instances(index, array[position], gi_info.id, gi_name, mig_devices,
+                                                              ci_profiles.setdefault(info.id, []))))
+        return tuple(sorted(instances, key=lambda gi: gi.start))
 
     def _ci_profile_infos(self, index, gi_handle, gi_id):
         """The compute instance profiles a GPU instance offers. Only the answers that mean "not offered here" are
@@ -369,16 +369,11 @@ class NvmlBackend(object):
             for position in range(count.value):
                 ci_info = self._call(index, 'read compute instance', pynvml.nvmlComputeInstanceGetInfo, array[position])
                 device = mig_devices.get((gi_id, ci_info.id), {})
-                result.append({
-                    'id': ci_info.id,
-                    'profile': _short_profile_name(info.name) or compute_instance_name(info.sliceCount, gi_name),
-                    'profile_id': ci_info.profileId,
-                    'placement': {'start': ci_info.placement.start, 'size': ci_info.placement.size},
-                    'uuid': device.get('uuid'),
-                    'mig_index': device.get('mig_index'),
-                    'processes': device.get('processes', []),
-                })
-        return sorted(result, key=lambda ci: ci['placement']['start'])
+                result.append(ComputeInstance(
+                    id=ci_info.id, profile=_short_profile_name(info.name) or compute_instance_name(info.sliceCount, gi_name),
+                    profile_id=ci_info.profileId, placement=Placement(ci_info.placement.start, ci_info.placement.size),
+                    uuid=device.get('uuid'), mig_index=device.get('mig_index'), processes=device.get('processes', ())))
+        return tuple(sorted(result, key=lambda ci: ci.placement.start))
 
     def _mig_devices(self, index, handle):
         """(gpu instance id, compute instance id) -> {uuid, processes} of each MIG device (what workloads see)."""
@@ -414,9 +409,9 @@ class NvmlBackend(object):
         return nvml_error_name(status)
 
     def read_mode(self, index):
-        """The MIG mode alone, {current, pending}: what a mode change is checked with."""
+        """The MIG mode alone (_host_model.MigMode): what a mode change is checked with."""
         current, pending = self._call(index, 'read MIG mode', pynvml.nvmlDeviceGetMigMode, self._handle(index))
-        return {'current': 'enabled' if current else 'disabled', 'pending': 'enabled' if pending else 'disabled'}
+        return _mig_mode(current, pending)
 
     def reset_gpu(self, index):
         """GPU reset applies a pending MIG mode; it drops every GPU instance."""

@@ -62,9 +62,9 @@ def _real_compute_placements(backend, index, gi_id, profile_data, ci_names):
 
 
 def apply_plan(backend, gpu, plan):
-    """Run ``plan.actions`` in order on ``gpu`` (the data it was planned from); return the actions done."""
-    index = gpu['index']
-    profiles = dict((p['name'], p) for p in gpu['profiles'])
+    """Run ``plan.actions`` in order on ``gpu`` (the _host_model.Gpu it was planned from); return the actions done."""
+    index = gpu.index
+    profiles = dict((p['name'], p) for p in gpu.profiles)
     actions = [dict(a) for a in plan.actions]
     refs = {}
     done = []
@@ -127,7 +127,7 @@ def apply_gpus(backend, decisions, apply_one):
     for decision in decisions:
         index = decision.index
         planned = decision.actions()
-        state = {'index': index, 'uuid': decision.gpu['uuid'], 'status': 'not started', 'done': [], 'left': planned}
+        state = {'index': index, 'uuid': decision.gpu.uuid, 'status': 'not started', 'done': [], 'left': planned}
         states.append(state)
         if decision.in_layout:
             state.update(status='in layout', left=[])

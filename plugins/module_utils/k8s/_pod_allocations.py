@@ -31,7 +31,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resourc
     resource_of_profile,
     strip_replica,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders, HostHolders, gpu_processes, host_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders, HostHolders
 
 
 # ---- what the allocations mean for the host's GPUs ----------------------------------------------
@@ -93,20 +93,20 @@ def _places(host):
     """Where each device id (device plugin) and each DRA device key points: (GPU uuid, GPU instance id or None)."""
     by_id = {}
     by_dra = {}
-    for gpu in host['gpus']:
-        by_id[gpu['uuid']] = (gpu['uuid'], None)
-        by_id[str(gpu['index'])] = (gpu['uuid'], None)
-        minor = gpu.get('minor_number')
+    for gpu in host.gpus:
+        by_id[gpu.uuid] = (gpu.uuid, None)
+        by_id[str(gpu.index)] = (gpu.uuid, None)
+        minor = gpu.minor_number
         if minor is not None:
-            by_dra[('gpu', minor)] = (gpu['uuid'], None)
-        for gi in gpu['gpu_instances']:
-            if minor is not None and gi.get('profile_id') is not None:
-                by_dra[('mig', minor, gi['profile_id'], gi['placement']['start'])] = (gpu['uuid'], gi['id'])
-            for ci in gi['compute_instances']:
-                if ci.get('uuid'):
-                    by_id[ci['uuid']] = (gpu['uuid'], gi['id'])
-                if ci.get('mig_index') is not None:
-                    by_id['%d:%d' % (gpu['index'], ci['mig_index'])] = (gpu['uuid'], gi['id'])
+            by_dra[('gpu', minor)] = (gpu.uuid, None)
+        for gi in gpu.gpu_instances:
+            if minor is not None and gi.profile_id is not None:
+                by_dra[('mig', minor, gi.profile_id, gi.start)] = (gpu.uuid, gi.id)
+            for ci in gi.compute_instances:
+                if ci.uuid:
+                    by_id[ci.uuid] = (gpu.uuid, gi.id)
+                if ci.mig_index is not None:
+                    by_id['%d:%d' % (gpu.index, ci.mig_index)] = (gpu.uuid, gi.id)
     return by_id, by_dra
 
 
@@ -168,17 +168,17 @@ def allocations_of(host, pod_devices, pid_pods=None):
                 continue
             _hold(result, place, _pod_name(allocation), index_id=bool(_INDEX_ID.match(bare)))
     if unknown:
-        minors = '' if all(g.get('minor_number') is not None for g in host['gpus']) else (
+        minors = '' if all(g.minor_number is not None for g in host.gpus) else (
             '; NVML reported no minor number for some GPUs, which DRA device names need')
         raise UnknownDeviceIds(
             'the kubelet lists device(s) %s that match no GPU UUID, MIG device UUID, GPU index, <gpu>:<mig device> '
             'index or GPU DRA device (gpu-<minor>, gpu-<minor>-mig-...) on this host (an id scheme this collection does '
             'not understand, or a device that is gone%s): %s, so nothing is planned'
             % (', '.join(unknown), minors, PODS_UNKNOWN))
-    for gpu in host['gpus'] if pid_pods else []:
-        for gi_id, pid in gpu_processes(gpu):
+    for gpu in host.gpus if pid_pods else []:
+        for gi_id, pid in gpu.process_places():
             if pid in pid_pods:
-                _hold(result, (gpu['uuid'], gi_id), 'uid:%s' % pid_pods[pid]['pod_uid'])
+                _hold(result, (gpu.uuid, gi_id), 'uid:%s' % pid_pods[pid]['pod_uid'])
     return HostHolders(dict(
         (uuid, GpuHolders(tuple(entry['gpu']), dict((gi_id, tuple(pods)) for gi_id, pods in entry['instances'].items()),
                           tuple(entry['index_pods'])))
@@ -207,15 +207,15 @@ def _advertised(host):
     """(resource, UUID id, index id) of each device NVIDIA's device plugin (mixed MIG strategy) advertises for
     ``host``: one nvidia.com/mig-<profile> per GPU instance with one full-size compute instance (the plugin
     advertises no other), one nvidia.com/gpu per GPU without MIG."""
-    for gpu in host['gpus']:
-        if gpu.get('mig_capable') and gpu['mig_mode']['current'] == 'enabled':
-            for gi in gpu['gpu_instances']:
-                if [ci['profile'] for ci in gi['compute_instances']] == [gi['profile']]:
-                    ci = gi['compute_instances'][0]
-                    index = '%d:%d' % (gpu['index'], ci['mig_index']) if ci.get('mig_index') is not None else None
-                    yield resource_of_profile(gi['profile']), ci.get('uuid'), index
+    for gpu in host.gpus:
+        if gpu.mig_capable and gpu.mig_mode.enabled:
+            for gi in gpu.gpu_instances:
+                if gi.compute_profiles() == (gi.profile,):
+                    ci = gi.compute_instances[0]
+                    index = '%d:%d' % (gpu.index, ci.mig_index) if ci.mig_index is not None else None
+                    yield resource_of_profile(gi.profile), ci.uuid, index
         else:
-            yield WHOLE_GPU, gpu['uuid'], str(gpu['index'])
+            yield WHOLE_GPU, gpu.uuid, str(gpu.index)
 
 
 def expected_device_ids(host):
@@ -249,7 +249,7 @@ def node_resources(host):
 def unread_pid_pods(host, pod_devices):
     """Where pod-resources were not read (``pod_devices`` None), the pods of the running GPU processes,
     from their cgroups (_pod_cgroups.pods_of_pids); otherwise None."""
-    return pods_of_pids(host_pids(host)) if pod_devices is None else None
+    return pods_of_pids(host.pids()) if pod_devices is None else None
 
 
 def host_allocations(host, pod_devices):

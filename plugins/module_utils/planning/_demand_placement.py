@@ -19,7 +19,7 @@ __metaclass__ = type
 import itertools
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError, _floor_of
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, GeometryError, Occupancy, placeable_count, slice_states
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile
 
@@ -60,19 +60,20 @@ class _Instance(object):
 
 class _Gpu(object):
     def __init__(self, node, data, reshape, floor):
+        """``data``: one GPU of the node's nvidia_mig facts (the host model's data and each instance's ``allocated_to``)."""
+        gpu = Gpu.from_dict(data)
+        allocated = dict((gi['id'], gi.get('allocated_to') or []) for gi in data.get('gpu_instances') or [])
         self.node = node
-        self.index = data.get('index')
-        self.uuid = data.get('uuid')
-        self.name = data.get('name')
-        self.catalog = Catalog.from_data(data['profiles'])
+        self.index = gpu.index
+        self.uuid = gpu.uuid
+        self.name = gpu.name
+        self.catalog = Catalog.from_data(gpu.profiles)
         self.reshape = reshape
         self.floor = floor
         self.instances = []
-        for gi in data.get('gpu_instances') or []:
-            cis = [ci['profile'] for ci in gi.get('compute_instances') or []]
-            pids = instance_pids(gi)
-            self.instances.append(_Instance(gi['id'], gi['profile'], gi['placement']['start'], cis,
-                                            gi.get('allocated_to') or [], pids))
+        for gi in gpu.gpu_instances:
+            self.instances.append(_Instance(gi.id, gi.profile, gi.start, [ci.profile for ci in gi.compute_instances],
+                                            allocated[gi.id], gi.pids()))
         self.instances.sort(key=lambda i: i.start)
         self.changed = False
         try:

@@ -33,7 +33,7 @@ def _profile_slices(profile):
 def _gpu_instance_profiles(gpu):
     """[(MigProfile, profile data)] of the GPU instance profiles in the mig-parted grammar."""
     result = []
-    for profile in gpu.get('profiles') or []:
+    for profile in gpu.profiles:
         try:
             parsed = MigProfile.parse(profile['name'])
         except ProfileError:
@@ -78,7 +78,7 @@ def renamed_by_driver(name, gpu, gi_profiles):
     """The GPU's own profile data for a GPU instance profile ``name`` it does not offer, when its driver calls
     that profile by another name (DRIVER_RENAMES); else None. A layout written with either name then works on
     either driver: the name is matched to the one the driver lists, as model-agnostic keys are."""
-    device = _hex_id(gpu.get('pci_device_id'))
+    device = _hex_id(gpu.pci_device_id)
     for devices, names in DRIVER_RENAMES:
         if name in names and device in [int(d, 16) for d in devices]:
             offered = [p for q, p in gi_profiles if p['name'] in names]
@@ -127,7 +127,7 @@ def _resolve_key(key, gpu, label):
 
 def _fill_count(gpu, instances, name, label):
     """How many more of ``name`` fit with ``instances`` on the empty GPU (count ``max``)."""
-    catalog = Catalog.from_data(gpu['profiles'])
+    catalog = Catalog.from_data(gpu.profiles)
     gi = catalog.get(MigProfile.parse(name).gpu_instance_name)
     upper = gi.max_count
     if name != gi.name:
@@ -157,7 +157,7 @@ def concrete_instances(mig_devices, gpu):
         return {}
     if mig_devices is None:
         raise LayoutConfigError('%s: no entry chosen yet (pending: call choose_entry once MIG is enabled)' % label)
-    if not gpu.get('profiles'):
+    if not gpu.profiles:
         raise LayoutConfigError('%s: its MIG profiles are unknown: NVML reports them only while MIG is enabled' % label)
     instances = {}
     fill = None

@@ -109,11 +109,11 @@ def _hex_id(value):
     return None
 
 
-def _filter_matches(entry, gpu):
+def _filter_matches(entry, pci_device_id, pci_subsystem_id):
     if not entry['device-filter']:
         return True
-    device = _hex_id(gpu.get('pci_device_id'))
-    subsystem = _hex_id(gpu.get('pci_subsystem_id'))
+    device = _hex_id(pci_device_id)
+    subsystem = _hex_id(pci_subsystem_id)
     for text in entry['device-filter']:
         parsed = parse_device_id(text)
         if parsed is None or parsed[0] != device:
@@ -123,28 +123,28 @@ def _filter_matches(entry, gpu):
     return False
 
 
-def _devices_match(entry, gpu):
-    return entry['devices'] == 'all' or gpu['index'] in entry['devices']
+def _devices_match(entry, index):
+    return entry['devices'] == 'all' or index in entry['devices']
 
 
 # ---- matching entries to GPUs: cmd/nvidia-mig-parted/{assert,apply} ---------------------------
 
 def memory_slices_of(gpu):
-    """The GPU's memory slices, from the profiles NVML reports (None while they are unknown)."""
-    ends = [p['start'] + p['size'] for profile in gpu.get('profiles') or [] for p in profile.get('placements') or []]
-    ends.extend(profile.get('memory_slices') or 0 for profile in gpu.get('profiles') or [])
+    """The GPU's (_host_model.Gpu) memory slices, from the profiles NVML reports (None while they are unknown)."""
+    ends = [p['start'] + p['size'] for profile in gpu.profiles for p in profile.get('placements') or []]
+    ends.extend(profile.get('memory_slices') or 0 for profile in gpu.profiles)
     return max(ends) if ends and max(ends) else None
 
 
 def _profiles_known(gpu):
-    return bool(gpu.get('profiles_known', bool(gpu.get('profiles')))) and bool(gpu.get('profiles'))
+    return gpu.profiles_known and bool(gpu.profiles)
 
 
 def _label(gpu):
-    ids = gpu.get('pci_device_id')
-    if gpu.get('pci_subsystem_id'):
-        ids = '%s:%s' % (ids, gpu['pci_subsystem_id'])
-    return 'GPU %s (%s, %s)' % (gpu.get('index'), gpu.get('name'), ids)
+    ids = gpu.pci_device_id
+    if gpu.pci_subsystem_id:
+        ids = '%s:%s' % (ids, gpu.pci_subsystem_id)
+    return 'GPU %s (%s, %s)' % (gpu.index, gpu.name, ids)
 
 
 def _where(layout):
@@ -167,20 +167,20 @@ def _no_match_reason(entries, gpu, memory_slices):
     """Why no entry matches a GPU, entry by entry (grouped)."""
     by_filter, by_devices, by_slices = [], [], []
     for position, entry in enumerate(entries):
-        if not _filter_matches(entry, gpu):
+        if not _filter_matches(entry, gpu.pci_device_id, gpu.pci_subsystem_id):
             by_filter.append(position)
-        elif not _devices_match(entry, gpu):
+        elif not _devices_match(entry, gpu.index):
             by_devices.append(position)
         else:
             by_slices.append(position)
     reasons = []
     if by_filter:
         reasons.append('the device-filter of %s %s%s' % (
-            _entries(by_filter, 'does not name', 'do not name'), gpu.get('pci_device_id'),
-            ' (subsystem %s)' % gpu['pci_subsystem_id'] if gpu.get('pci_subsystem_id') else ''))
+            _entries(by_filter, 'does not name', 'do not name'), gpu.pci_device_id,
+            ' (subsystem %s)' % gpu.pci_subsystem_id if gpu.pci_subsystem_id else ''))
     if by_devices:
         reasons.append('the devices of %s index %s' % (
-            _entries(by_devices, 'do not include', 'do not include'), gpu['index']))
+            _entries(by_devices, 'do not include', 'do not include'), gpu.index))
     if by_slices:
         wanted = sorted(set(n for p in by_slices for n in entries[p][MEMORY_SLICES_KEY]))
         reasons.append('%s to GPUs with %s memory slices and this one %s' % (
@@ -212,12 +212,12 @@ def may_match_any(entries, gpus):
     """
     for gpu in gpus:
         for entry in entries:
-            if not _devices_match(entry, gpu):
+            if not _devices_match(entry, gpu['index']):
                 continue
             if gpu.get('pci_subsystem_id') is None and any(
                     (parse_device_id(text) or (None, None))[1] is not None for text in entry['device-filter']):
                 return True
-            if not _filter_matches(entry, gpu):
+            if not _filter_matches(entry, gpu.get('pci_device_id'), gpu.get('pci_subsystem_id')):
                 continue
             wanted = entry.get(MEMORY_SLICES_KEY)
             if wanted is None or gpu.get('memory_slices') is None or gpu['memory_slices'] in wanted:
@@ -234,11 +234,11 @@ def _record(gpu, entries, chosen, mig_enabled, memory_slices, candidates=None):
     """One matched GPU. ``chosen``: positions that match it for sure; the last one wins."""
     pending = bool(candidates)
     return {
-        'index': gpu['index'],
-        'uuid': gpu.get('uuid'),
-        'name': gpu.get('name'),
-        'pci_device_id': gpu.get('pci_device_id'),
-        'pci_subsystem_id': gpu.get('pci_subsystem_id'),
+        'index': gpu.index,
+        'uuid': gpu.uuid,
+        'name': gpu.name,
+        'pci_device_id': gpu.pci_device_id,
+        'pci_subsystem_id': gpu.pci_subsystem_id,
         'entries': list(chosen),
         'entry': None if pending else chosen[-1],
         'mig_enabled': mig_enabled,
@@ -252,7 +252,7 @@ def _record(gpu, entries, chosen, mig_enabled, memory_slices, candidates=None):
 def match_gpus(entries, gpus, unmatched='ignore', layout=None):
     """Match the entries of one layout to the GPUs of one host, as mig-parted does.
 
-    ``entries``: the normalised entries (:func:`check_layout`); ``gpus``: the NVML backend's GPUs.
+    ``entries``: the normalised entries (:func:`check_layout`); ``gpus``: the host's GPUs (_host_model.Gpu).
     Every entry whose device-filter and devices match a GPU applies to it, in order: they must
     agree on mig-enabled and the last one's mig-devices win. Returns::
 
@@ -281,14 +281,14 @@ def match_gpus(entries, gpus, unmatched='ignore', layout=None):
         raise LayoutConfigError('unmatched must be one of %s, got %r' % (', '.join(UNMATCHED), unmatched))
     where = _where(layout)
     result = {'gpus': [], 'unmatched': [], 'skipped': []}
-    for gpu in sorted(gpus, key=lambda g: g['index']):
+    for gpu in sorted(gpus, key=lambda g: g.index):
         label = _label(gpu)
-        capable = bool(gpu.get('mig_capable'))
+        capable = gpu.mig_capable
         known = capable and _profiles_known(gpu)
         memory_slices = memory_slices_of(gpu) if known else None
         sure, maybe = [], []
         for position, entry in enumerate(entries):
-            if not (_filter_matches(entry, gpu) and _devices_match(entry, gpu)):
+            if not (_filter_matches(entry, gpu.pci_device_id, gpu.pci_subsystem_id) and _devices_match(entry, gpu.index)):
                 continue
             wanted_slices = entry.get(MEMORY_SLICES_KEY)
             if wanted_slices is None:
@@ -306,8 +306,8 @@ def match_gpus(entries, gpus, unmatched='ignore', layout=None):
             reason = 'matched by no entry: %s' % _no_match_reason(entries, gpu, memory_slices)
             if unmatched == 'fail':
                 raise LayoutConfigError('%s%s is %s' % (where, label, reason))
-            result['unmatched'].append({'index': gpu['index'], 'uuid': gpu.get('uuid'), 'name': gpu.get('name'),
-                                        'pci_device_id': gpu.get('pci_device_id'), 'reason': reason})
+            result['unmatched'].append({'index': gpu.index, 'uuid': gpu.uuid, 'name': gpu.name,
+                                        'pci_device_id': gpu.pci_device_id, 'reason': reason})
             continue
         positions = sorted(sure + maybe)
         modes = dict((p, entries[p]['mig-enabled']) for p in positions)
@@ -332,7 +332,7 @@ def _skip_non_mig(where, label, gpu, entries, positions):
             _entries(positions, 'passes', 'pass'))
     else:
         reason = 'not MIG-capable; no entry matches it'
-    return {'index': gpu['index'], 'name': gpu.get('name'), 'reason': reason}
+    return {'index': gpu.index, 'name': gpu.name, 'reason': reason}
 
 
 def _disagreement(where, label, modes, maybe, entries):
@@ -365,7 +365,7 @@ def choose_entry(candidate, gpu, unmatched='ignore', layout=None):
         return record
     where = _where(layout)
     label = _label(gpu)
-    if not (gpu.get('mig_capable') and _profiles_known(gpu)):
+    if not (gpu.mig_capable and _profiles_known(gpu)):
         raise LayoutConfigError('%s%s: the entry to apply depends on its memory slices, which NVML reports only once '
                                 'MIG is enabled (no profiles read yet)' % (where, label))
     memory_slices = memory_slices_of(gpu)

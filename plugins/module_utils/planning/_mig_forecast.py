@@ -25,8 +25,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
+from dataclasses import replace
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import MAX_COUNT, LayoutConfigError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import ENABLED, MigMode
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry
 # The one rule for compute instance profiles NVML cannot list yet (no GPU instance of the profile exists).
@@ -49,7 +51,7 @@ NAME_TOLERANCE_GB = 1
 
 def memory_slices_without_mig(gpu):
     """The GPU's memory slices from the placements NVML answered with MIG off; None when none answered."""
-    ends = [p['start'] + p['size'] for entry in gpu.get('placements_without_mig') or [] for p in entry['placements']]
+    ends = [p['start'] + p['size'] for entry in gpu.placements_without_mig or [] for p in entry['placements']]
     return max(ends) if ends else None
 
 
@@ -113,8 +115,7 @@ def _plain_keys(mig_devices, profiles, label):
 
 def _same_model_with_profiles(gpu, host_gpus):
     for other in host_gpus or []:
-        if (other.get('pci_device_id') == gpu.get('pci_device_id') and other.get('profiles_known') and other.get('profiles')
-                and other['mig_mode']['current'] == 'enabled'):
+        if other.pci_device_id == gpu.pci_device_id and other.profiles_known and other.profiles and other.mig_mode.enabled:
             return other
     return None
 
@@ -127,26 +128,25 @@ def check_without_mig(gpu, match, unmatched='ignore', layout=None, host_gpus=Non
     PlanningError, naming the GPU and what it was checked against, when the entry cannot hold on it.
     Returns what it was checked against, in words.
     """
-    label = 'GPU %s (%s, %s)' % (gpu.get('index'), gpu.get('name'), gpu.get('pci_device_id'))
+    label = 'GPU %s (%s, %s)' % (gpu.index, gpu.name, gpu.pci_device_id)
     if not match['mig_enabled']:
         return None
     sibling = _same_model_with_profiles(gpu, host_gpus)
     translate = False
     if sibling is not None:
-        profiles = sibling['profiles']
-        basis = 'the profiles NVML lists for GPU %s, the same model with MIG enabled' % sibling['index']
+        profiles = sibling.profiles
+        basis = 'the profiles NVML lists for GPU %s, the same model with MIG enabled' % sibling.index
     else:
         slices = memory_slices_without_mig(gpu)
-        profiles = forecast_profiles(slices, gpu.get('memory_total_mib')) if slices else None
+        profiles = forecast_profiles(slices, gpu.memory_total_mib) if slices else None
         if profiles is None:
             return ('nothing yet: MIG is off and NVML answered no possible placement%s, so the profiles are checked '
                     'once MIG is enabled' % (' of a known geometry (%d memory slices)' % slices if slices else ''))
         basis = ('a forecast, as MIG is off: the possible placements NVML answers give %d memory slices, NVIDIA\'s naming '
-                 'rule with %d MiB the profile names' % (slices, gpu['memory_total_mib']))
+                 'rule with %d MiB the profile names' % (slices, gpu.memory_total_mib))
         translate = True
     # The GPU as it will be once MIG is enabled: no instance yet (MIG off), the profiles above.
-    future = dict(gpu, profiles=profiles, profiles_known=True, gpu_instances=[],
-                  mig_mode={'current': 'enabled', 'pending': 'enabled'})
+    future = replace(gpu, profiles=profiles, profiles_known=True, gpu_instances=(), mig_mode=MigMode(ENABLED, ENABLED))
     checked = 'checked before any change against %s' % basis
     try:
         chosen = choose_entry(match, future, unmatched, layout)

@@ -445,7 +445,7 @@ def derived_compute_profiles(gi_name, gi_compute_slices):
 
 
 def free_space(gpu):
-    """Free-space figures of a MIG-capable GPU from the backend's plain data."""
-    catalog = Catalog.from_data(gpu['profiles'])
-    occupancy = Occupancy.of(catalog, [(gi['profile'], gi['placement']['start']) for gi in gpu['gpu_instances']])
+    """Free-space figures of a MIG-enabled GPU (_host_model.Gpu, its profiles known)."""
+    catalog = Catalog.from_data(gpu.profiles)
+    occupancy = Occupancy.of(catalog, [(gi.profile, gi.start) for gi in gpu.gpu_instances])
     return analyze(catalog, occupancy)

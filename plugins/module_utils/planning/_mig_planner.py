@@ -6,8 +6,8 @@
 
 """Planning core: current GPU state + desired layout -> an ordered, explicit plan.
 
-Pure Python: no NVML, no Ansible imports. Inputs are the plain data of the NVML backend
-(``profiles`` and ``gpu_instances`` of one GPU); the output is a :class:`Plan` whose
+Pure Python: no NVML, no Ansible imports. The input is one GPU of the host model
+(_host_model.Gpu: its profiles and GPU instances); the output is a :class:`Plan` whose
 actions the backend applies one by one, always with explicit placements.
 
 Layout rule (mig-parted ``mig-devices`` semantics):
@@ -39,7 +39,7 @@ __metaclass__ = type
 import itertools
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY, instance_pids
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     Occupancy,
@@ -72,17 +72,17 @@ class InstanceSpec(object):
 
 
 class CurrentInstance(object):
-    """One existing GPU instance, as the backend reported it."""
+    """One existing GPU instance (_host_model.GpuInstance) and the pods that hold it."""
 
-    __slots__ = ('id', 'profile', 'start', 'compute_instances', 'pids', 'pods', 'data')
+    __slots__ = ('id', 'profile', 'start', 'compute_instances', 'pids', 'pods', 'instance')
 
-    def __init__(self, data, pods=None):
-        self.data = data
-        self.id = data['id']
-        self.profile = data['profile']
-        self.start = data['placement']['start']
-        self.compute_instances = tuple(sorted(ci['profile'] for ci in data.get('compute_instances') or []))
-        self.pids = instance_pids(data)
+    def __init__(self, instance, pods=None):
+        self.instance = instance
+        self.id = instance.id
+        self.profile = instance.profile
+        self.start = instance.start
+        self.compute_instances = instance.compute_profiles()
+        self.pids = instance.pids()
         self.pods = sorted(pods or [])
 
     @property
@@ -254,7 +254,7 @@ def _best_placement(catalog, occupancy, specs):
 
 
 def plan_gpu(gpu, instances, repack=False, holders=NOBODY, evict=False):
-    """Plan one GPU. ``gpu`` is the backend's plain data (index, profiles, gpu_instances);
+    """Plan one GPU. ``gpu`` is a _host_model.Gpu (its profiles and GPU instances);
     ``instances`` the wanted ``{profile: count}`` (mig-parted semantics, see :func:`expand_layout`).
 
     ``holders``: the pods that hold the GPU's instances (_host_model.GpuHolders): such an instance is
@@ -264,15 +264,14 @@ def plan_gpu(gpu, instances, repack=False, holders=NOBODY, evict=False):
     instances; the destroy actions of allocated ones name their pods (``allocated_to``), and
     processes on an allocated instance count as its pod's. Processes outside any pod stay untouchable.
     """
-    label = 'GPU %s' % gpu.get('index')
-    catalog = Catalog.from_data(gpu['profiles'])
+    label = 'GPU %s' % gpu.index
+    catalog = Catalog.from_data(gpu.profiles)
     return _plan(gpu, catalog, expand_layout(catalog, instances, label), label, repack, holders, evict)
 
 
 def current_specs(gpu):
     """One InstanceSpec per current GPU instance, as it is: its profile and its compute instances."""
-    return [InstanceSpec(gi['profile'], [ci['profile'] for ci in gi.get('compute_instances') or []])
-            for gi in gpu.get('gpu_instances') or []]
+    return [InstanceSpec(gi.profile, gi.compute_profiles()) for gi in gpu.gpu_instances]
 
 
 def plan_gpu_specs(gpu, specs, repack=False, holders=NOBODY):
@@ -280,8 +279,8 @@ def plan_gpu_specs(gpu, specs, repack=False, holders=NOBODY):
     of compute instances into fewer GPU instances). With :func:`current_specs` and ``repack`` it
     only moves idle, unallocated GPU instances, each recreated with the same compute instances.
     ``holders`` as for :func:`plan_gpu`."""
-    label = 'GPU %s' % gpu.get('index')
-    catalog = Catalog.from_data(gpu['profiles'])
+    label = 'GPU %s' % gpu.index
+    catalog = Catalog.from_data(gpu.profiles)
     specs = list(specs)
     for spec in specs:
         profile = catalog.get(spec.profile)
@@ -296,7 +295,7 @@ def plan_gpu_specs(gpu, specs, repack=False, holders=NOBODY):
 
 
 def _plan(gpu, catalog, specs, label, repack, holders, evict):
-    current = [CurrentInstance(gi, holders.of_instance(gi['id'])) for gi in gpu.get('gpu_instances') or []]
+    current = [CurrentInstance(gi, holders.of_instance(gi.id)) for gi in gpu.gpu_instances]
 
     wanted = {}
     for spec in specs:
@@ -393,12 +392,11 @@ def _layout_entry(profile, start, size, compute_instances, gi_id=None, busy=Fals
 def layout_of(gpu):
     """Plain, placement-sorted layout of a GPU's current instances (for before/after)."""
     entries = []
-    for gi in gpu.get('gpu_instances') or []:
-        cis = [{'id': ci['id'], 'profile': ci['profile'], 'placement': dict(ci['placement'])}
-               for ci in gi.get('compute_instances') or []]
-        pids = instance_pids(gi)
-        entries.append(_layout_entry(gi['profile'], gi['placement']['start'], gi['placement']['size'],
-                                     sorted(cis, key=lambda c: c['placement']['start']), gi['id'], bool(pids), pids))
+    for gi in gpu.gpu_instances:
+        cis = [{'id': ci.id, 'profile': ci.profile, 'placement': ci.placement.as_dict()}
+               for ci in sorted(gi.compute_instances, key=lambda c: c.placement.start)]
+        pids = gi.pids()
+        entries.append(_layout_entry(gi.profile, gi.placement.start, gi.placement.size, cis, gi.id, bool(pids), pids))
     return sorted(entries, key=lambda e: e['placement']['start'])
 
 
@@ -406,10 +404,9 @@ def destroyed_instances(gpu, plan, holders=NOBODY):
     """The GPU instances ``plan`` (None: no plan) destroys on ``gpu``, with the MIG device UUIDs workloads know them
     by and the pods that hold them (``holders`` as for :func:`plan_gpu`)."""
     ids = set(a['gpu_instance_id'] for a in (plan.actions if plan else []) if a['action'] == 'destroy_gpu_instance')
-    return [{'id': gi['id'], 'profile': gi['profile'], 'placement': dict(gi['placement']),
-             'mig_uuids': [ci.get('uuid') for ci in gi['compute_instances'] if ci.get('uuid')],
-             'allocated_to': list(holders.of_instance(gi['id']))}
-            for gi in gpu['gpu_instances'] if gi['id'] in ids]
+    return [{'id': gi.id, 'profile': gi.profile, 'placement': gi.placement.as_dict(), 'mig_uuids': gi.mig_uuids(),
+             'allocated_to': list(holders.of_instance(gi.id))}
+            for gi in gpu.gpu_instances if gi.id in ids]
 
 
 def _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy):
@@ -418,11 +415,11 @@ def _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy):
     for gi in sorted(current, key=lambda g: g.start):
         if gi.id in kept_ids:
             continue
-        for ci in sorted(gi.data.get('compute_instances') or [], key=lambda c: c['placement']['start']):
-            actions.append({'action': 'destroy_compute_instance', 'gpu_instance_id': gi.id, 'compute_instance_id': ci['id'],
-                            'profile': ci['profile'], 'placement': dict(ci['placement'])})
+        for ci in sorted(gi.instance.compute_instances, key=lambda c: c.placement.start):
+            actions.append({'action': 'destroy_compute_instance', 'gpu_instance_id': gi.id, 'compute_instance_id': ci.id,
+                            'profile': ci.profile, 'placement': ci.placement.as_dict()})
         destroy = {'action': 'destroy_gpu_instance', 'gpu_instance_id': gi.id, 'profile': gi.profile,
-                   'placement': dict(gi.data['placement'])}
+                   'placement': gi.instance.placement.as_dict()}
         if gi.pods:
             destroy['allocated_to'] = list(gi.pods)
         actions.append(destroy)
@@ -446,4 +443,4 @@ def _build_plan(gpu, catalog, current, kept, new_specs, new_starts, occupancy):
     final = occupancy
     for start, spec in created:
         final = final.with_instance(catalog.get(spec.profile), start)
-    return Plan(gpu.get('index'), layout_of(gpu), after, actions, analyze(catalog, final))
+    return Plan(gpu.index, layout_of(gpu), after, actions, analyze(catalog, final))

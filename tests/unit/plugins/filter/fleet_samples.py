@@ -30,7 +30,7 @@ def host_gpus(specs, in_layout=None, allocations=None, whole_gpu_pods=None):
     ``whole_gpu_pods``: {GPU index: [pods]}. A pod is a dict (see pod()) or a 'namespace/pod' string
     as nvidia_mig_facts writes it.
     """
-    gpus = [gpu_facts(gpu) for gpu in read_simulated_host(list(specs))['gpus']]
+    gpus = [gpu_facts(gpu) for gpu in read_simulated_host(list(specs)).gpus]
     for gpu in gpus:
         if in_layout is not None:
             gpu['in_layout'] = in_layout.get(gpu['index'])

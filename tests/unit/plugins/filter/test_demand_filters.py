@@ -17,7 +17,7 @@ FILTERS = FilterModule().filters()
 
 
 def facts():
-    gpu = model_gpu('H100-SXM5-80GB')
+    gpu = model_gpu('H100-SXM5-80GB').as_dict()
     gpu['allocated_to'] = []
     return {'driver_version': '580.95.05', 'gpus': [gpu]}
 

@@ -14,6 +14,7 @@ import json
 import random
 import re
 
+from dataclasses import replace
 from html.parser import HTMLParser
 
 import pytest
@@ -203,8 +204,8 @@ def test_page_is_self_contained_html():
 ])
 def test_the_map_draws_the_figures_the_facts_report(instances, stranded, fragmentation):
     # Same inputs as test_mig_geometry's facts/metrics/repack test: one definition, read by all four.
-    gpu = with_instances(model_gpu('A100-SXM4-80GB'), instances)
-    gpu.update(index=0, processes=[], busy=False)
+    gpu = replace(with_instances(model_gpu('A100-SXM4-80GB'), instances), index=0, processes=())
+    assert not gpu.busy
     facts = gpu_facts(gpu)
     assert (facts['stranded_slices'], facts['fragmentation']) == (stranded, fragmentation)
     page = mig_fleet_map([{'host': 'h', 'layout': None, 'gpus': [facts]}])
@@ -365,9 +366,9 @@ def test_largest_placeable_counts_per_model():
 
 
 def independent_unusable(gpu, placed):
-    """Free slices that no single valid extra instance could cover, with plain sets."""
-    profiles = dict((p['name'], p) for p in gpu['profiles'])
-    total = max(p['start'] + p['size'] for prof in gpu['profiles'] for p in prof['placements'])
+    """Free slices of ``gpu`` (_host_model.Gpu) that no single valid extra instance could cover, with plain sets."""
+    profiles = dict((p['name'], p) for p in gpu.profiles)
+    total = max(p['start'] + p['size'] for prof in gpu.profiles for p in prof['placements'])
     used = set()
     counts = {}
     for name, start in placed:
@@ -400,7 +401,7 @@ def layouts_of(model, sample, seed):
 @pytest.mark.parametrize('model', MODELS)
 def test_slice_states_agree_with_analyze_and_an_independent_count(model):
     gpu = model_gpu(model)
-    catalog = Catalog.from_data(gpu['profiles'])
+    catalog = Catalog.from_data(gpu.profiles)
     for layout in layouts_of(model, 400, model):
         layout = list(layout)
         states = slice_states(catalog, layout)
@@ -423,9 +424,7 @@ def test_the_map_marks_the_stranded_slices_of_placed_instances(model):
     for index, layout in enumerate(layouts):
         state = with_instances(model_gpu(model), [(name, start, [900 + index] if index % 3 == 0 else [])
                                                   for name, start in layout])
-        state['index'] = index
-        state['uuid'] = 'GPU-%s-%d' % (model, index)
-        gpus.append(gpu_facts(state))
+        gpus.append(gpu_facts(replace(state, index=index, uuid='GPU-%s-%d' % (model, index))))
     drawing = drawn(mig_fleet_map(one_host(gpus)))
     saw_stranded = False
     for gpu, layout in zip(gpus, layouts):
@@ -443,7 +442,7 @@ def test_the_map_marks_the_stranded_slices_of_placed_instances(model):
 
 
 def test_slice_states_reject_overlaps_and_bad_starts():
-    catalog = Catalog.from_data(model_gpu('A100-SXM4-80GB')['profiles'])
+    catalog = Catalog.from_data(model_gpu('A100-SXM4-80GB').profiles)
     with pytest.raises(GeometryError, match='overlaps 3g.40gb at 4 on memory slice 4'):
         slice_states(catalog, [('3g.40gb', 4), ('1g.10gb', 4)])
     with pytest.raises(GeometryError, match='cannot start at memory slice 2'):

@@ -6,7 +6,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import copy
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ _CACHE = {}
 
 
 def read_simulated_host(gpus):
-    """Backend read of a throw-away simulated host."""
+    """Backend read of a throw-away simulated host (_host_model.Host)."""
     directory = tempfile.mkdtemp(prefix='gpufleet-catalog-')
     previous = os.environ.get(_nvml_backend.SIMULATOR_ENV)
     try:
@@ -44,8 +43,8 @@ def read_simulated_host(gpus):
 
 
 def model_gpu(model):
-    """An empty, MIG-enabled GPU of ``model`` in the backend's plain form (a fresh copy)."""
+    """An empty, MIG-enabled GPU of ``model`` as the backend reads it (_host_model.Gpu, immutable: shared)."""
     if model not in _CACHE:
         host = read_simulated_host([{'model': model, 'mig': {'current': 'enabled', 'pending': 'enabled'}}])
-        _CACHE[model] = host['gpus'][0]
-    return copy.deepcopy(_CACHE[model])
+        _CACHE[model] = host.gpus[0]
+    return _CACHE[model]

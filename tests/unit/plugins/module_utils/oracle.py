@@ -10,10 +10,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import itertools
+from dataclasses import replace
+
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuInstance
 
 
 def profiles_by_name(gpu):
-    return dict((p['name'], p) for p in gpu['profiles'])
+    return dict((p['name'], p) for p in gpu.profiles)
 
 
 def slices_of(profile, start):
@@ -55,17 +58,17 @@ def counts_of(placements):
 
 def brute_force_min_destroyed(gpu, target):
     """Fewest idle GPU instances to destroy to reach ``target`` (full-size CIs), or None."""
-    current = gpu['gpu_instances']
-    busy = [gi for gi in current if gi['busy']]
-    idle = [gi for gi in current if not gi['busy']]
+    current = gpu.gpu_instances
+    busy = [gi for gi in current if gi.busy]
+    idle = [gi for gi in current if not gi.busy]
     for destroyed in range(len(idle) + 1):
         for victims in itertools.combinations(idle, destroyed):
             kept = busy + [gi for gi in idle if gi not in victims]
-            kept_counts = counts_of([(gi['profile'], 0) for gi in kept])
+            kept_counts = counts_of([(gi.profile, 0) for gi in kept])
             if any(kept_counts[name] > target.get(name, 0) for name in kept_counts):
                 continue
             need = dict((name, target[name] - kept_counts.get(name, 0)) for name in target)
-            fixed = [(gi['profile'], gi['placement']['start']) for gi in kept]
+            fixed = [(gi.profile, gi.start) for gi in kept]
             for extra in all_placements(gpu, fixed):
                 if counts_of(extra) == dict((k, v) for k, v in need.items() if v):
                     return destroyed
@@ -73,8 +76,7 @@ def brute_force_min_destroyed(gpu, target):
 
 
 def with_instances(gpu, instances):
-    """instances: [(profile, start, pids)] with one full-size compute instance each."""
-    result = dict(gpu)
+    """``gpu`` (_host_model.Gpu) holding instances: [(profile, start, pids)], one full-size compute instance each."""
     gis = []
     for gi_id, (profile, start, pids) in enumerate(instances, start=1):
         size = profiles_by_name(gpu)[profile]['memory_slices']
@@ -84,8 +86,7 @@ def with_instances(gpu, instances):
                     'compute_instances': [{'id': 0, 'profile': profile, 'profile_id': 0,
                                            'placement': {'start': 0, 'size': profiles_by_name(gpu)[profile]['compute_slices']},
                                            'processes': processes}]})
-    result['gpu_instances'] = gis
-    return result
+    return replace(gpu, gpu_instances=tuple(GpuInstance.from_dict(gi) for gi in gis))
 
 
 def free_space_figures(gpu, placed):
@@ -97,10 +98,10 @@ def free_space_figures(gpu, placed):
     1 - largest possible extra now / largest possible extra of any rearrangement (0.0 when that is 0).
     """
     profiles = profiles_by_name(gpu)
-    total = max(p['start'] + p['size'] for prof in gpu['profiles'] for p in prof['placements'])
+    total = max(p['start'] + p['size'] for prof in gpu.profiles for p in prof['placements'])
 
     def state(chosen):
-        key = (gpu['name'], tuple(sorted(chosen)))
+        key = (gpu.name, tuple(sorted(chosen)))
         if key not in _STATES:
             _STATES[key] = measure(chosen)
         return _STATES[key]
@@ -148,7 +149,7 @@ _STATES = {}
 
 
 def _placement_sets(gpu):
-    key = gpu['name']
+    key = gpu.name
     if key not in _SETS:
         _SETS[key] = sorted(all_placements(gpu))
     return _SETS[key]

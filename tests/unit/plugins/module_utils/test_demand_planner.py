@@ -14,6 +14,7 @@ import pytest
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError, pod_requests
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, validate_configs
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus
@@ -24,8 +25,8 @@ A100 = 'A100-SXM4-80GB'
 
 
 def gpu(index=0, instances=(), model=A100):
-    """An A100-80GB (or ``model``) with ``instances``: (profile, start, holders[, pids])."""
-    data = model_gpu(model)
+    """The nvidia_mig facts of an A100-80GB (or ``model``) with ``instances``: (profile, start, holders[, pids])."""
+    data = model_gpu(model).as_dict()
     data['index'] = index
     data['uuid'] = 'GPU-%d' % index
     data['allocated_to'] = []
@@ -250,7 +251,7 @@ def random_fleet(rng):
         gpus = []
         for index in range(rng.randint(1, 3)):
             model = rng.choice([A100, 'H100-SXM5-80GB', 'H200', 'B200'])
-            catalog = Catalog.from_data(model_gpu(model)['profiles'])
+            catalog = Catalog.from_data(model_gpu(model).profiles)
             occupancy = Occupancy()
             made = []
             for dummy in range(rng.randint(0, 5)):
@@ -299,8 +300,9 @@ def test_random_fleets_keep_every_guarantee(seed):
             layout = view['layout']
             validated = validate_configs(layout['config'])
             check_layout(validated, layout['name'])
-            for g, chosen in zip(view['gpus'], match_gpus(validated[layout['name']], nodes[node]['gpus'])['gpus']):
-                want = concrete_instances(chosen['mig_devices'], [d for d in nodes[node]['gpus'] if d['index'] == g['index']][0])
+            facts_gpus = [Gpu.from_dict(d) for d in nodes[node]['gpus']]
+            for g, chosen in zip(view['gpus'], match_gpus(validated[layout['name']], facts_gpus)['gpus']):
+                want = concrete_instances(chosen['mig_devices'], [d for d in facts_gpus if d.index == g['index']][0])
                 got = {}
                 for inst in g['target']:
                     got[inst['profile']] = got.get(inst['profile'], 0) + 1

@@ -12,10 +12,12 @@ __metaclass__ = type
 import copy
 import os
 import re
+from dataclasses import replace
 
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     LayoutConfigError,
     check_layout,
@@ -60,22 +62,20 @@ def entry(**fields):
 
 def fake_gpu(index, pci_device_id, mig_capable=True, subsystem='0x16C110DE', name='NVIDIA GPU', profiles=()):
     """A GPU as the backend reports it, MIG disabled (no profiles) unless some are given."""
-    return {'index': index, 'uuid': 'GPU-%d' % index, 'name': name, 'pci_device_id': pci_device_id,
-            'pci_subsystem_id': subsystem, 'mig_capable': mig_capable,
-            'mig_mode': {'current': 'enabled' if profiles else 'disabled', 'pending': 'enabled' if profiles else 'disabled'},
-            'profiles': list(profiles), 'profiles_known': bool(profiles), 'gpu_instances': []}
+    return Gpu.from_dict({
+        'index': index, 'uuid': 'GPU-%d' % index, 'name': name, 'pci_device_id': pci_device_id,
+        'pci_subsystem_id': subsystem, 'mig_capable': mig_capable,
+        'mig_mode': {'current': 'enabled' if profiles else 'disabled', 'pending': 'enabled' if profiles else 'disabled'},
+        'profiles': list(profiles), 'profiles_known': bool(profiles), 'gpu_instances': []})
 
 
 def on_index(gpu, index):
-    gpu = copy.deepcopy(gpu)
-    gpu['index'] = index
-    gpu['uuid'] = 'GPU-%d' % index
-    return gpu
+    return replace(gpu, index=index, uuid='GPU-%d' % index)
 
 
 def disabled(model, index=0):
     """A GPU of ``model`` with MIG disabled, as the backend reads it (NVML hides the profiles)."""
-    gpu = read_simulated_host([{'model': model}])['gpus'][0]
+    gpu = read_simulated_host([{'model': model}]).gpus[0]
     return on_index(gpu, index)
 
 
@@ -456,7 +456,7 @@ def slices_layout(*extra):
 
 def test_memory_slices_entries_wait_for_the_profiles_then_choose():
     h100_off, a30_off = disabled('H100-SXM5-80GB', 0), disabled('A30', 1)
-    assert h100_off['profiles'] == [] and memory_slices_of(h100_off) is None
+    assert h100_off.profiles == [] and memory_slices_of(h100_off) is None
     result = match_gpus(slices_layout(), [h100_off, a30_off])
     pending = result['gpus']
     assert [(g['pending'], g['mig_enabled'], g['entry'], g['mig_devices'], g['entries']) for g in pending] == [
@@ -480,13 +480,14 @@ def test_memory_slices_entries_wait_for_the_profiles_then_choose():
 
 def test_memory_slices_unknown_geometry():
     """A GPU whose memory slices no entry names: matched by none once its profiles are known."""
-    six = copy.deepcopy(model_gpu('A30'))
-    for profile in six['profiles']:
-        profile['placements'] = [{'start': p['start'], 'size': p['size']} for p in profile['placements']]
-    six['profiles'].append({'name': '6g.36gb', 'id': 99, 'compute_slices': 6, 'memory_slices': 6, 'memory_mib': 36000,
-                            'max_count': 1, 'placements': [{'start': 0, 'size': 6}], 'compute_profiles': []})
+    a30 = model_gpu('A30')
+    profiles = [dict(profile, placements=[{'start': p['start'], 'size': p['size']} for p in profile['placements']])
+                for profile in a30.profiles]
+    profiles.append({'name': '6g.36gb', 'id': 99, 'compute_slices': 6, 'memory_slices': 6, 'memory_mib': 36000,
+                     'max_count': 1, 'placements': [{'start': 0, 'size': 6}], 'compute_profiles': []})
+    six = replace(a30, profiles=profiles)
     assert memory_slices_of(six) == 6
-    pending = match_gpus(slices_layout(), [dict(six, profiles=[], profiles_known=False)])['gpus'][0]
+    pending = match_gpus(slices_layout(), [replace(six, profiles=[], profiles_known=False)])['gpus'][0]
     chosen = choose_entry(pending, six)
     assert (chosen['entry'], chosen['mig_devices'], chosen['entries']) == (None, None, [])
     assert chosen['unmatched'] == 'matched by no entry: entries 0, 1 apply to GPUs with 4 or 8 memory slices and this one has 6'
@@ -543,7 +544,7 @@ def test_concrete_instances_shapes():
         '1g.10gb': 1, '1g.20gb': 1, '2g.20gb': 1, '1c.3g.40gb': 2, '1g.10gb+me': 1}
     a30 = model_gpu('A30')
     assert concrete_instances({'4g': 1, '2c.4g': 1}, a30) == {'4g.24gb': 1, '2c.4g.24gb': 1}
-    assert [shape_name(p, h100) for p in h100['profiles']] == ['1g', '2g', '3g', '4g', '7g', '1g+me', '1g.2mem']
+    assert [shape_name(p, h100) for p in h100.profiles] == ['1g', '2g', '3g', '4g', '7g', '1g+me', '1g.2mem']
 
 
 def rtx_pro_gpu():
@@ -568,7 +569,7 @@ def test_concrete_instances_suffixed_shapes():
     assert concrete_instances({'1g+me.all': 1, '1g-me': 'max'}, rtx) == {'1g.24gb+me.all': 1, '1g.24gb-me': 3}
     assert concrete_instances({'4g+gfx': 1}, rtx) == {'4g.96gb+gfx': 1}
     assert concrete_instances({'1g.24gb+me.all': 1, '2g.48gb+gfx': 1}, rtx) == {'1g.24gb+me.all': 1, '2g.48gb+gfx': 1}
-    assert shape_name(rtx['profiles'][3], rtx) == '1g+me.all'
+    assert shape_name(rtx.profiles[3], rtx) == '1g+me.all'
 
 
 @pytest.mark.parametrize('model, mig_devices, reason', [
@@ -611,7 +612,7 @@ def test_concrete_instances_need_the_profiles():
 ])
 def test_count_max_is_as_many_as_fit(model, mig_devices, instances, filled):
     gpu = model_gpu(model)
-    catalog = Catalog.from_data(gpu['profiles'])
+    catalog = Catalog.from_data(gpu.profiles)
     assert concrete_instances(mig_devices, gpu) == instances
     expand_layout(catalog, instances)                   # the planner takes it
     one_more = dict(instances)

@@ -6,9 +6,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from dataclasses import replace
+
 import pytest
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, decide
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, check_layout, validate_configs
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import (
     check_without_mig,
@@ -42,11 +45,11 @@ def read_host():
 
 
 def test_memory_slices_and_the_naming_rule():
-    assert memory_slices_without_mig({'placements_without_mig': [
+    assert memory_slices_without_mig(Gpu.from_dict({'placements_without_mig': [
         {'profile_id': 0, 'placements': [{'start': 0, 'size': 4}]},
-        {'profile_id': 14, 'placements': [{'start': 3, 'size': 1}]}]}) == 4
-    assert memory_slices_without_mig({'placements_without_mig': []}) is None
-    assert memory_slices_without_mig({}) is None
+        {'profile_id': 14, 'placements': [{'start': 3, 'size': 1}]}]})) == 4
+    assert memory_slices_without_mig(Gpu.from_dict({'placements_without_mig': []})) is None
+    assert memory_slices_without_mig(Gpu.from_dict({})) is None
     # go-nvlib: eighths of the memory times the GiB rounded up, rounded half up (B200: 180 GiB / 8 = 22.5 -> 23).
     assert profile_gb(1, 8, 183359) == 23 and profile_gb(4, 8, 81920) == 40 and profile_gb(1, 4, 24576) == 6
     assert profile_gb(2, 8, 40960) == 10 and profile_gb(8, 8, 95830) == 94
@@ -59,14 +62,14 @@ def test_memory_slices_and_the_naming_rule():
 def test_the_forecast_names_every_plain_profile_the_simulated_driver_offers(simulated_host, model):
     """With MIG off the placements give the memory slices; the forecast matches the names read once MIG is on."""
     host = simulated_host([{'model': model}, {'model': model, 'mig': dict(ENABLED)}])
-    off, on = read_host()['gpus']
+    off, on = read_host().gpus
     slices = memory_slices_without_mig(off)
     assert slices == simulator.MODELS[model]['memory_slices']
-    forecast = dict((MigProfile.parse(p['name']).gpu_slices, []) for p in forecast_profiles(slices, off['memory_total_mib']))
-    for profile in forecast_profiles(slices, off['memory_total_mib']):
+    forecast = dict((MigProfile.parse(p['name']).gpu_slices, []) for p in forecast_profiles(slices, off.memory_total_mib))
+    for profile in forecast_profiles(slices, off.memory_total_mib):
         forecast[MigProfile.parse(profile['name']).gpu_slices].append((profile['memory_slices'], MigProfile.parse(profile['name']).memory_gb))
     real = sorted((MigProfile.parse(p['name']).gpu_slices, p['memory_slices'], MigProfile.parse(p['name']).memory_gb)
-                  for p in on['profiles'] if MigProfile.parse(p['name']).suffix == '')
+                  for p in on.profiles if MigProfile.parse(p['name']).suffix == '')
     assert sorted((g, s) for g, pairs in forecast.items() for s, dummy in pairs) == sorted((g, s) for g, s, dummy in real)
     for g, memory_slices, gb in real:
         predicted = [f_gb for f_slices, f_gb in forecast[g] if f_slices == memory_slices][0]
@@ -125,7 +128,7 @@ def test_the_forecast_says_what_it_cannot_know(simulated_host):
     assert gpu.deferred and 'forecast' in gpu.checked_with and 'suffixes pass as the plain profile' in gpu.checked_with
     assert gpu.as_dict()['checked_with'] == gpu.checked_with
     # No placement answered: nothing can be checked, and it says so.
-    off = dict(read_host()['gpus'][0], placements_without_mig=[])
+    off = replace(read_host().gpus[0], placements_without_mig=[])
     match = {'mig_enabled': True, 'mig_devices': {'9g.1gb': 1}, 'pending': False, 'candidates': [], 'entries': [0], 'index': 0}
     assert check_without_mig(off, match).startswith('nothing yet: MIG is off')
     # MIG stays off: nothing to check.

@@ -13,11 +13,12 @@ __metaclass__ = type
 import os
 import random
 import re
+from dataclasses import replace
 
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import NOBODY, Host
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _layout_metrics
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
@@ -46,12 +47,12 @@ def shipped_layouts():
 
 
 def figures_of(gpu, placed):
-    catalog = Catalog.from_data(gpu['profiles'])
+    catalog = Catalog.from_data(gpu.profiles)
     return analyze(catalog, Occupancy.of(catalog, placed))
 
 
 def one_slice_profile(gpu):
-    return min((p for p in gpu['profiles'] if '+' not in p['name'] and '-' not in p['name']),
+    return min((p for p in gpu.profiles if '+' not in p['name'] and '-' not in p['name']),
                key=lambda p: (p['memory_slices'], p['compute_slices']))['name']
 
 
@@ -70,7 +71,7 @@ def test_every_shipped_layout_scores_zero_on_every_model(model):
         figures = figures_of(gpu, placed)
         assert (figures['stranded_slices'], figures['fragmentation']) == (0, 0.0), (name, placed, figures)
         assert (plan.analysis['stranded_slices'], plan.analysis['fragmentation']) == (0, 0.0)
-        assert slice_states(Catalog.from_data(gpu['profiles']), placed).count('stranded') == 0
+        assert slice_states(Catalog.from_data(gpu.profiles), placed).count('stranded') == 0
         checked.append(name)
     assert {'all-balanced', 'all-enabled', 'daytime', 'nighttime'} <= set(checked)
 
@@ -85,7 +86,7 @@ def test_seven_small_instances_strand_nothing(model):
     assert figures['free_slices'] == 1 and figures['unusable_slices'] == 1
     assert figures['stranded_slices'] == 0 and figures['fragmentation'] == 0.0
     assert figures['largest_placeable'] is None and figures['repacked_largest_placeable'] is None
-    assert slice_states(Catalog.from_data(gpu['profiles']), placed)[7] == 'unusable'
+    assert slice_states(Catalog.from_data(gpu.profiles), placed)[7] == 'unusable'
 
 
 @pytest.mark.parametrize('model', EIGHT_SLICE_MODELS)
@@ -97,7 +98,7 @@ def test_a_churned_gpu_scores_high(model):
     assert figures['stranded_slices'] == 1
     assert figures['largest_placeable_slices'] == 2 and figures['repacked_largest_placeable_slices'] == 4
     assert figures['fragmentation'] == 0.5
-    assert slice_states(Catalog.from_data(gpu['profiles']), [(one, 0), (one, 3), (one, 6)]) == [
+    assert slice_states(Catalog.from_data(gpu.profiles), [(one, 0), (one, 3), (one, 6)]) == [
         0, 'free', 'free', 1, 'free', 'free', 2, 'stranded']
     repacked = figures_of(gpu, [(one, 0), (one, 1), (one, 2)])
     assert (repacked['stranded_slices'], repacked['fragmentation'], repacked['largest_placeable_slices']) == (0, 0.0, 4)
@@ -121,7 +122,7 @@ def test_every_slice_usable_yet_fragmented():
 def test_figures_agree_with_an_independent_brute_force(model):
     """Every valid placement set (a sample on 8-slice GPUs), against plain sets; the best of each multiset scores 0."""
     gpu = model_gpu(model)
-    catalog = Catalog.from_data(gpu['profiles'])
+    catalog = Catalog.from_data(gpu.profiles)
     placements = sorted(all_placements(gpu))
     sample = placements if len(placements) <= 120 else random.Random('geometry').sample(placements, 120)
     saw = set()
@@ -142,7 +143,7 @@ def test_figures_agree_with_an_independent_brute_force(model):
 
 def test_the_best_rearrangement_is_searched_over_every_placement():
     gpu = model_gpu('A100-SXM4-80GB')
-    catalog = Catalog.from_data(gpu['profiles'])
+    catalog = Catalog.from_data(gpu.profiles)
     largest, fewest_unusable = best_rearrangement(catalog, ['1g.10gb', '1g.10gb', '1g.10gb', '2g.20gb'])
     assert (largest.name, fewest_unusable) == ('2g.20gb', 0)   # 3 slices stay free: a 2g at 4 beside 2g at 0, 1g at 2, 3, 6
     largest, fewest_unusable = best_rearrangement(catalog, ['1g.10gb', '1g.10gb', '1g.10gb'])
@@ -167,7 +168,7 @@ def test_the_cache_tells_gpu_geometries_apart():
 def test_a_placement_no_arrangement_reproduces_is_judged_as_it_is():
     """Instances NVML would not have placed (two +me): no rearrangement exists, nothing is called stranded."""
     gpu = model_gpu('A100-SXM4-80GB')
-    catalog = Catalog.from_data(gpu['profiles'])
+    catalog = Catalog.from_data(gpu.profiles)
     occupancy = Occupancy().with_instance(catalog.get('1g.10gb+me'), 0).with_instance(catalog.get('1g.10gb+me'), 3)
     figures = analyze(catalog, occupancy)
     assert figures['stranded_slices'] == 0 and figures['fragmentation'] == 0.0
@@ -187,15 +188,15 @@ def metric(text, name):
 @pytest.mark.parametrize('instances, stranded, fragmentation', [(CHURNED, 1, 0.5), (DAYTIME, 0, 0.0)])
 def test_facts_metrics_and_repack_read_the_same_figures(instances, stranded, fragmentation):
     gpu = with_instances(model_gpu('A100-SXM4-80GB'), instances)
-    gpu.update(index=0, processes=[], busy=False)
+    gpu = replace(gpu, index=0, processes=())
     facts = nvidia_mig_facts.gpu_facts(gpu)
     assert (facts['stranded_slices'], facts['fragmentation']) == (stranded, fragmentation)
-    text = _layout_metrics.render({'gpus': [gpu]}, 'daytime', {}, None)
+    text = _layout_metrics.render(Host(gpus=(gpu,)), 'daytime', {}, None)
     assert metric(text, 'gpufleet_mig_stranded_slices') == stranded
     assert metric(text, 'gpufleet_mig_fragmentation_ratio') == fragmentation
     placeable = dict((m.group(1), float(m.group(2))) for m in re.finditer(
         r'(?m)^gpufleet_mig_placeable_instances\{gpu="0",model="[^"]+",profile="([^"]+)",uuid="[^"]+"\} (\S+)$', text))
-    assert placeable == facts['placeable'] and len(placeable) == len(gpu['profiles'])
+    assert placeable == facts['placeable'] and len(placeable) == len(gpu.profiles)
     # the fleet map's reading of the same facts: tests/unit/plugins/filter/test_mig_fleet_map.py (a filter plugin
     # needs the controller's ansible package, which ansible-test's module_utils unit run does not have)
     thresholds = {'fragmentation_above': 0.25, 'stranded_above': 0}
@@ -207,15 +208,15 @@ def test_facts_metrics_and_repack_read_the_same_figures(instances, stranded, fra
 def test_the_placeable_gauge_counts_more_instances_per_profile():
     # 1g at slices 0, 3 and 6 of an A100-80GB: four more 1g fit (1, 2, 4, 5), one 2g (4-5), no 3g, 4g or 7g.
     gpu = with_instances(model_gpu('A100-SXM4-80GB'), CHURNED)
-    gpu.update(index=0, processes=[], busy=False)
-    text = _layout_metrics.render({'gpus': [gpu]}, 'daytime', {}, None)
+    gpu = replace(gpu, index=0, processes=())
+    text = _layout_metrics.render(Host(gpus=(gpu,)), 'daytime', {}, None)
     for profile, count in (('1g.10gb', 4), ('2g.20gb', 1), ('3g.40gb', 0), ('4g.40gb', 0), ('7g.80gb', 0)):
         assert re.search(r'(?m)^gpufleet_mig_placeable_instances\{gpu="0",model="[^"]+",profile="%s",uuid="[^"]+"\} %d$'
                          % (re.escape(profile), count), text), (profile, count)
 
 
 def _placeable(gpu, placed):
-    catalog = Catalog.from_data(gpu['profiles'])
+    catalog = Catalog.from_data(gpu.profiles)
     return analyze(catalog, Occupancy.of(catalog, placed))['placeable']
 
 
@@ -223,9 +224,9 @@ def _placeable(gpu, placed):
 def test_placeable_is_the_brute_force_count_on_every_model_empty_and_with_a_media_instance(model):
     gpu = model_gpu(model)
     assert _placeable(gpu, []) == brute_force_placeable(gpu)
-    with_media = sorted(p['name'] for p in gpu['profiles'] if p['name'].endswith('+me'))
+    with_media = sorted(p['name'] for p in gpu.profiles if p['name'].endswith('+me'))
     for name in with_media:
-        start = [p for p in gpu['profiles'] if p['name'] == name][0]['placements'][0]['start']
+        start = [p for p in gpu.profiles if p['name'] == name][0]['placements'][0]['start']
         placeable = _placeable(gpu, [(name, start)])
         assert placeable == brute_force_placeable(gpu, [(name, start)])
         assert placeable[name] == 0    # one media-extension instance per GPU
@@ -240,12 +241,9 @@ def test_placeable_of_an_empty_a100_80gb_as_nvidia_documents_it():
 def test_placeable_honours_the_count_nvml_reports_and_one_media_instance_per_gpu():
     # Shipped catalogs never limit a plain profile below its starts, nor a +me profile above 1: a driver's
     # answer may, and each limit holds on its own.
-    gpu = model_gpu('A100-SXM4-80GB')
-    for profile in gpu['profiles']:
-        if profile['name'] == '1g.10gb':
-            profile['max_count'] = 3
-        if profile['name'] == '1g.10gb+me':
-            profile['max_count'] = 2
+    limits = {'1g.10gb': 3, '1g.10gb+me': 2}
+    shipped = model_gpu('A100-SXM4-80GB')
+    gpu = replace(shipped, profiles=[dict(p, max_count=limits.get(p['name'], p['max_count'])) for p in shipped.profiles])
     placeable = _placeable(gpu, [('1g.10gb', 6)])
     assert placeable == brute_force_placeable(gpu, [('1g.10gb', 6)])
     assert (placeable['1g.10gb'], placeable['1g.10gb+me']) == (2, 1)

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu, GpuHolders, MigMode
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, clearing_plan, disable_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
@@ -17,7 +17,7 @@ ENABLED = {'current': 'enabled', 'pending': 'enabled'}
 
 
 def _gpu(instances, mode=None):
-    return dict(model_gpu('H100-SXM5-80GB'), mig_mode=dict(mode or ENABLED), gpu_instances=instances)
+    return Gpu.from_dict(dict(model_gpu('H100-SXM5-80GB').as_dict(), mig_mode=dict(mode or ENABLED), gpu_instances=instances))
 
 
 def _gi(gi_id, profile, start, size, pids=()):
@@ -39,7 +39,7 @@ class RecordingBackend(object):
         return None
 
     def read_mode(self, index):
-        return dict(self.mode)
+        return MigMode.from_dict(self.mode)
 
 
 def test_clearing_plan_destroys_every_instance_and_is_none_without_any():

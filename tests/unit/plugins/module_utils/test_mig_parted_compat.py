@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import copy
 import os
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -94,6 +95,11 @@ BOARDS = simulated_boards()
 _BOARD_GPUS = {}
 
 
+def simulated_gpu(model, **changes):
+    """A GPU of ``model`` with MIG disabled as the backend reads it (_host_model.Gpu), with ``changes``."""
+    return replace(read_simulated_host([{'model': model}]).gpus[0], **changes)
+
+
 def board_gpu(model, pci_id, index=0, enabled=True):
     """A GPU of ``model`` reporting ``pci_id`` (MIG enabled: profiles known; disabled: none).
 
@@ -101,9 +107,8 @@ def board_gpu(model, pci_id, index=0, enabled=True):
     """
     key = (model, pci_id, index, enabled)
     if key not in _BOARD_GPUS:
-        gpu = model_gpu(model) if enabled else read_simulated_host([{'model': model}])['gpus'][0]
-        gpu.update({'pci_device_id': pci_id, 'index': index, 'uuid': 'GPU-%s-%d' % (pci_id, index)})
-        _BOARD_GPUS[key] = gpu
+        changes = {'pci_device_id': pci_id, 'index': index, 'uuid': 'GPU-%s-%d' % (pci_id, index)}
+        _BOARD_GPUS[key] = replace(model_gpu(model), **changes) if enabled else simulated_gpu(model, **changes)
     return _BOARD_GPUS[key]
 
 
@@ -142,7 +147,7 @@ def outcome(entries, gpus, index=0):
     if any(u['index'] == index for u in result['unmatched']):
         return ('unmatched',)
     match = [g for g in result['gpus'] if g['index'] == index][0]
-    gpu = [g for g in gpus if g['index'] == index][0]
+    gpu = [g for g in gpus if g.index == index][0]
     match = choose_entry(match, gpu)
     if not match['mig_enabled']:
         return ('off', match['entries'])
@@ -156,7 +161,7 @@ def outcome(entries, gpus, index=0):
 
 def assert_fits(gpu, instances):
     """The planner accepts the instances on the empty GPU (counts within NVML's limits, placeable)."""
-    expand_layout(Catalog.from_data(gpu['profiles']), instances, 'GPU %s' % gpu['pci_device_id'])
+    expand_layout(Catalog.from_data(gpu.profiles), instances, 'GPU %s' % gpu.pci_device_id)
 
 
 # ---- the tables above against the simulator ----------------------------------------------------------
@@ -171,7 +176,7 @@ def test_every_simulated_mig_board_has_an_expectation():
 def test_simulated_profiles_are_nvidias(model, pci_id):
     family = FAMILIES[PCI_FAMILY[pci_id]]
     gpu = board_gpu(model, pci_id)
-    reported = dict((p['name'], p['max_count']) for p in gpu['profiles'])
+    reported = dict((p['name'], p['max_count']) for p in gpu.profiles)
     assert reported == dict(family.values()), model
 
 
@@ -263,8 +268,8 @@ def test_parted_defaults_on_every_board(layout):
 
 
 def test_parted_defaults_pass_over_gpus_without_mig():
-    l40s = read_simulated_host([{'model': 'L40S'}])['gpus'][0]
-    assert l40s['pci_device_id'] == L40S and not l40s['mig_capable']
+    l40s = simulated_gpu('L40S')
+    assert l40s.pci_device_id == L40S and not l40s.mig_capable
     for layout in DEFAULTS:
         assert outcome(DEFAULTS[layout], [l40s]) == ('skipped',), layout
 
@@ -337,9 +342,8 @@ def test_split_half_on_an_eight_gpu_server():
 def station():
     """Four A100 80GB at indices 0, 1, 2, 4 and an L40S (display) at index 3."""
     gpus = [board_gpu('A100-SXM4-80GB', '0x20B210DE', index) for index in (0, 1, 2, 4)]
-    display = read_simulated_host([{'model': 'L40S'}])['gpus'][0]
-    display.update({'index': 3, 'uuid': 'GPU-display'})
-    return sorted(gpus + [display], key=lambda g: g['index'])
+    display = simulated_gpu('L40S', index=3, uuid='GPU-display')
+    return sorted(gpus + [display], key=lambda g: g.index)
 
 
 @pytest.mark.parametrize('layout, expected', [
@@ -373,8 +377,8 @@ EDGES = load('lenient-edges.yaml')
 def test_edges_by_subsystem_and_id_notations():
     entries = EDGES['by-subsystem']
     h100 = board_gpu('H100-SXM5-80GB', '0x233010DE')
-    assert outcome(entries, [dict(h100, pci_subsystem_id='0x16C110DE')]) == ('on', [0], {'7g.80gb': 1})
-    assert outcome(entries, [dict(h100, pci_subsystem_id='0x16C010DE')]) == ('unmatched',)
+    assert outcome(entries, [replace(h100, pci_subsystem_id='0x16C110DE')]) == ('on', [0], {'7g.80gb': 1})
+    assert outcome(entries, [replace(h100, pci_subsystem_id='0x16C010DE')]) == ('unmatched',)
     assert outcome(entries, [board_gpu('A100-SXM4-80GB', '0x20B210DE')]) == ('on', [1], {'7g.80gb': 1})     # decimal
     assert outcome(entries, [board_gpu('GH200-96GB', '0x234210DE')]) == ('on', [2], {'7g.96gb': 1})         # 0x..._..
     assert outcome(entries, [board_gpu('A30', '0x20B710DE')]) == ('on', [3], {'1g.6gb': 4})                 # octal
@@ -442,14 +446,14 @@ def test_catalog_on_every_board(layout):
 
 def future_gpu(pci_id, rename):
     """A GPU nobody has tables for yet: the geometry of a known one, new names and a new PCI id."""
-    gpu = copy.deepcopy(model_gpu('A100-SXM4-80GB' if len(rename) == 7 else 'A30'))
-    for profile in gpu['profiles']:
+    known = model_gpu('A100-SXM4-80GB' if len(rename) == 7 else 'A30')
+    profiles = []
+    for profile in known.profiles:
         old = profile['name']
-        profile['name'] = rename[old]
-        for ci in profile['compute_profiles']:
-            ci['name'] = ci['name'].replace(old.split('+')[0], rename[old].split('+')[0])
-    gpu.update({'pci_device_id': pci_id, 'name': 'NVIDIA Future GPU'})
-    return gpu
+        compute_profiles = [dict(ci, name=ci['name'].replace(old.split('+')[0], rename[old].split('+')[0]))
+                            for ci in profile['compute_profiles']]
+        profiles.append(dict(profile, name=rename[old], compute_profiles=compute_profiles))
+    return replace(known, profiles=profiles, pci_device_id=pci_id, name='NVIDIA Future GPU')
 
 
 FUTURE_8 = {'1g.10gb': '1g.50gb', '1g.10gb+me': '1g.50gb+me', '1g.20gb': '1g.100gb', '2g.20gb': '2g.100gb',
@@ -483,8 +487,7 @@ def test_catalog_explicit_entry_wins_for_its_ids():
 
 def test_catalog_on_a_mixed_host():
     gpus = [board_gpu('H100-SXM5-80GB', '0x233010DE', 0), board_gpu('A30', '0x20B710DE', 1)]
-    l40s = read_simulated_host([{'model': 'L40S'}])['gpus'][0]
-    l40s['index'] = 2
+    l40s = simulated_gpu('L40S', index=2)
     result = match_gpus(check_layout(catalog(), 'nighttime'), gpus + [l40s])
     assert [(g['index'], g['entries'], g['mig_devices']) for g in result['gpus']] == [(0, [0], {'3g': 2}), (1, [1], {'2g': 2})]
     assert result['skipped'] == [{'index': 2, 'name': 'NVIDIA L40S', 'reason': 'not MIG-capable; no entry matches it'}]

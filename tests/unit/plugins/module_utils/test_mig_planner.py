@@ -8,10 +8,11 @@ __metaclass__ = type
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import GpuHolders, Placement
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import (
     InstanceSpec,
     PlanningError,
@@ -158,10 +159,11 @@ def test_repack_never_moves_busy_instances():
 def _split(gpu, instances):
     """``gpu`` with GPU instances ``(profile, start, [compute instance profiles], pids)``."""
     gpu = with_instances(gpu, [(profile, start, pids) for profile, start, dummy, pids in instances])
-    for gi, (dummy, dummy2, cis, dummy3) in zip(gpu['gpu_instances'], instances):
-        gi['compute_instances'] = [dict(gi['compute_instances'][0], id=n, profile=ci, placement={'start': n, 'size': 1})
-                                   for n, ci in enumerate(cis)]
-    return gpu
+    split = []
+    for gi, (dummy, dummy2, cis, dummy3) in zip(gpu.gpu_instances, instances):
+        split.append(replace(gi, compute_instances=tuple(replace(gi.compute_instances[0], id=n, profile=ci, placement=Placement(n, 1))
+                                                         for n, ci in enumerate(cis))))
+    return replace(gpu, gpu_instances=tuple(split))
 
 
 def test_current_specs_keep_each_gpu_instance_with_its_own_compute_instances():
@@ -173,7 +175,7 @@ def test_current_specs_keep_each_gpu_instance_with_its_own_compute_instances():
     assert [(e['profile'], e['placement']['start'], [c['profile'] for c in e['compute_instances']]) for e in plan.after] == [
         ('2g.20gb', 0, ['1c.2g.20gb']), ('2g.20gb', 2, ['1c.2g.20gb'])]
     assert [a['gpu_instance_id'] for a in plan.actions if a['action'] == 'destroy_gpu_instance'] == [
-        gpu['gpu_instances'][1]['id']]
+        gpu.gpu_instances[1].id]
     assert not plan_gpu_specs(gpu, current_specs(gpu)).changed
 
 
@@ -190,7 +192,7 @@ def test_specs_a_gpu_cannot_hold_are_refused():
 @pytest.mark.parametrize('model', MIG_MODELS)
 def test_minimal_destroy_matches_brute_force_on_a_seeded_corpus(model):
     gpu = model_gpu(model)
-    names = sorted(p['name'] for p in gpu['profiles'])
+    names = sorted(p['name'] for p in gpu.profiles)
     placements = sorted(all_placements(gpu))
     rng = random.Random('minimal-destroy-' + model)
     checked = unreachable = 0
@@ -212,7 +214,7 @@ def test_minimal_destroy_matches_brute_force_on_a_seeded_corpus(model):
         assert expected is not None
         destroyed = [a for a in plan.actions if a['action'] == 'destroy_gpu_instance']
         assert len(destroyed) == expected
-        busy_ids = [gi['id'] for gi in state['gpu_instances'] if gi['busy']]
+        busy_ids = [gi.id for gi in state.gpu_instances if gi.busy]
         assert not [a for a in destroyed if a['gpu_instance_id'] in busy_ids]
         assert_valid_after(state, plan, target)
         checked += 1
@@ -223,7 +225,7 @@ def test_an_evictable_plan_keeps_the_instance_a_pod_holds_rather_than_an_unalloc
     # 1g at 0 (unallocated) and 1g at 4 (a pod holds it, idle) -> 1x1g + 1x3g: one of them must go. Free space
     # alone would keep the one at 0 (the plan without pods does); the pod's instance is kept and nobody is evicted.
     gpu = with_instances(model_gpu('A100-SXM4-80GB'), [('1g.10gb', 0, []), ('1g.10gb', 4, [])])
-    held = [gi['id'] for gi in gpu['gpu_instances'] if gi['placement']['start'] == 4][0]
+    held = [gi.id for gi in gpu.gpu_instances if gi.start == 4][0]
     target = {'1g.10gb': 1, '3g.40gb': 1}
     plan = plan_gpu(gpu, target, holders=GpuHolders(instances={held: ('team/p',)}), evict=True)
     destroyed = [a for a in plan.actions if a['action'] == 'destroy_gpu_instance']

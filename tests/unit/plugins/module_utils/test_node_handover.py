@@ -12,6 +12,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_adve
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_events as node_events
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_evictions as node_evictions
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _node_handover as h
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Host
 
 NODE = 'gpu-1'
 
@@ -476,7 +477,7 @@ def test_decision_retry_installs_a_missing_package_or_drains_where_allowed():
 
 def test_decision_retry_reads_the_words_the_producers_write():
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_allocations as pr_allocations
-    host = {'gpus': [{'index': 0, 'uuid': 'GPU-0', 'minor_number': 0, 'gpu_instances': [], 'processes': []}]}
+    host = Host.from_dict({'gpus': [{'index': 0, 'uuid': 'GPU-0', 'minor_number': 0, 'gpu_instances': [], 'processes': []}]})
     with pytest.raises(pr_allocations.UnknownDeviceIds) as unknown:
         pr_allocations.allocations_of(host, [{'namespace': 'ml', 'pod': 'a', 'container': 'c', 'resource': 'nvidia.com/gpu',
                                               'device_ids': ['GPU-gone']}])

@@ -9,6 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import BackendError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError
 
@@ -42,7 +43,7 @@ class Backend(object):
 
 def refused(actions):
     with pytest.raises(ApplyError) as failure:
-        apply_plan(Backend(), {'index': 0, 'profiles': [PROFILE]}, Plan(actions))
+        apply_plan(Backend(), Gpu(index=0, profiles=[PROFILE]), Plan(actions))
     return failure.value
 
 

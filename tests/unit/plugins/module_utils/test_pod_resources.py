@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_alloc
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_cgroups as pr_cgroups
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources as pr
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_resources_wire as pr_wire
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Host
 
 MIG_A = 'MIG-4f8a6c2e-0b1d-5e7f-9a3c-1d2e3f4a5b6c'
 MIG_B = 'MIG-9e8d7c6b-5a4f-5e3d-8c2b-1a0f9e8d7c6b'
@@ -456,10 +457,17 @@ def test_pods_of_pids_without_a_proc_filesystem(tmp_path):
 
 def _host():
     """Two GPUs: GPU 0 with MIG (GPU instance 3 holding MIG device 0, MIG_A), GPU 1 whole."""
-    return {'gpus': [
+    return Host.from_dict({'gpus': [
         {'index': 0, 'uuid': 'GPU-0', 'processes': [], 'gpu_instances': [
-            {'id': 3, 'compute_instances': [{'uuid': MIG_A, 'mig_index': 0, 'processes': []}]}]},
-        {'index': 1, 'uuid': 'GPU-1', 'processes': [], 'gpu_instances': []}]}
+            {'id': 3, 'profile': '1g.10gb', 'placement': {'start': 0, 'size': 1},
+             'compute_instances': [_mig_device(MIG_A, 0, '1g.10gb')]}]},
+        {'index': 1, 'uuid': 'GPU-1', 'processes': [], 'gpu_instances': []}]})
+
+
+def _mig_device(uuid, mig_index, profile='1g.10gb', ci_id=0):
+    """A compute instance and the MIG device NVML lists for it."""
+    return {'id': ci_id, 'profile': profile, 'placement': {'start': ci_id, 'size': 1}, 'uuid': uuid, 'mig_index': mig_index,
+            'processes': []}
 
 
 def _allocation(resource, device_ids, pod='p'):
@@ -511,14 +519,17 @@ def _advertising_host():
     """GPU 0 with MIG: a 1g.10gb+me and two 1g.10gb (full-size CIs; MIG devices 0, 1, 3), a 3g.40gb split into two
     compute instances and an empty 2g.20gb (the plugin advertises neither); GPU 1 MIG-capable but off; GPU 2 no MIG."""
     def gi(profile, cis):
-        return {'profile': profile, 'compute_instances': [
-            {'profile': ci, 'uuid': 'MIG-%s' % mig_index, 'mig_index': mig_index} for ci, mig_index in cis]}
-    return {'gpus': [
+        start = len(instances)
+        instances.append(None)
+        return {'id': start + 1, 'profile': profile, 'placement': {'start': start, 'size': 1}, 'compute_instances': [
+            _mig_device('MIG-%s' % mig_index, mig_index, ci, ci_id) for ci_id, (ci, mig_index) in enumerate(cis)]}
+    instances = []
+    return Host.from_dict({'gpus': [
         {'index': 0, 'uuid': 'GPU-0', 'mig_capable': True, 'mig_mode': {'current': 'enabled'}, 'gpu_instances': [
             gi('1g.10gb+me', [('1g.10gb+me', 3)]), gi('1g.10gb', [('1g.10gb', 1)]), gi('1g.10gb', [('1g.10gb', 0)]),
             gi('3g.40gb', [('1c.3g.40gb', 4), ('2c.3g.40gb', 5)]), gi('2g.20gb', [])]},
         {'index': 1, 'uuid': 'GPU-1', 'mig_capable': True, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []},
-        {'index': 2, 'uuid': 'GPU-2', 'mig_capable': False, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []}]}
+        {'index': 2, 'uuid': 'GPU-2', 'mig_capable': False, 'mig_mode': {'current': 'disabled'}, 'gpu_instances': []}]})
 
 
 def test_node_resources_name_each_full_size_instance_by_its_profile():
@@ -531,7 +542,7 @@ def test_expected_device_ids_per_id_strategy():
         'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-0', 'MIG-1'], 'index': ['0:0', '0:1']},
         'nvidia.com/gpu': {'uuid': ['GPU-1', 'GPU-2'], 'index': ['1', '2']},
     }
-    assert pr_allocations.expected_device_ids({'gpus': []}) == {}
+    assert pr_allocations.expected_device_ids(Host()) == {}
 
 
 def test_allocatable_gpu_device_ids_from_a_real_grpc_server(kubelet):
@@ -548,13 +559,13 @@ def test_allocatable_gpu_device_ids_from_a_real_grpc_server(kubelet):
 def _dra_host(minor0=4, minor1=0):
     """GPU 0 (minor 4: minors need not follow NVML indices) with two 1g GPU instances (profile id 19, placements
     0 and 1) and GPU 1 (minor 0) whole."""
-    return {'gpus': [
+    return Host.from_dict({'gpus': [
         {'index': 0, 'uuid': 'GPU-0', 'minor_number': minor0, 'processes': [], 'gpu_instances': [
-            {'id': 9, 'profile_id': 19, 'placement': {'start': 0, 'size': 1},
-             'compute_instances': [{'uuid': MIG_A, 'mig_index': 0, 'processes': []}]},
-            {'id': 10, 'profile_id': 19, 'placement': {'start': 1, 'size': 1},
-             'compute_instances': [{'uuid': MIG_B, 'mig_index': 1, 'processes': []}]}]},
-        {'index': 1, 'uuid': 'GPU-1', 'minor_number': minor1, 'processes': [], 'gpu_instances': []}]}
+            {'id': 9, 'profile': '1g.18gb', 'profile_id': 19, 'placement': {'start': 0, 'size': 1},
+             'compute_instances': [_mig_device(MIG_A, 0, '1g.18gb')]},
+            {'id': 10, 'profile': '1g.18gb', 'profile_id': 19, 'placement': {'start': 1, 'size': 1},
+             'compute_instances': [_mig_device(MIG_B, 1, '1g.18gb')]}]},
+        {'index': 1, 'uuid': 'GPU-1', 'minor_number': minor1, 'processes': [], 'gpu_instances': []}]})
 
 
 def _claim(device, driver='gpu.nvidia.com', cdi=None, pod='p'):

@@ -15,6 +15,7 @@ import pynvml
 import pytest
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_layout, nvidia_mig_mode
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
@@ -115,11 +116,11 @@ def test_a_pending_change_on_an_idle_gpu(simulated_host, run_module, model, rese
 
 def test_the_mode_decision_asks_again_only_on_reset_less_architectures():
     gpu = {'index': 0, 'uuid': 'GPU-x', 'mig_mode': {'current': 'disabled', 'pending': 'enabled'}, 'gpu_instances': []}
-    hopper = ModeDecision(dict(gpu, architecture='hopper'), True, allow_reset=False)
-    ampere = ModeDecision(dict(gpu, architecture='ampere'), True, allow_reset=True)
+    hopper = ModeDecision(Gpu.from_dict(dict(gpu, architecture='hopper')), True, allow_reset=False)
+    ampere = ModeDecision(Gpu.from_dict(dict(gpu, architecture='ampere')), True, allow_reset=True)
     assert (hopper.needs_set, hopper.needs_reset) == (True, False)
     assert (ampere.needs_set, ampere.needs_reset) == (False, True)
-    done = ModeDecision(dict(gpu, architecture='blackwell', mig_mode=ENABLED), True, allow_reset=True)
+    done = ModeDecision(Gpu.from_dict(dict(gpu, architecture='blackwell', mig_mode=ENABLED)), True, allow_reset=True)
     assert not done.changed
 
 
