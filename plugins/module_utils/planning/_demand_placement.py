@@ -62,7 +62,7 @@ class _Gpu(object):
     def __init__(self, node, data, reshape, floor):
         """``data``: one GPU of the node's nvidia_mig facts (the host model's data and each instance's ``allocated_to``)."""
         gpu = Gpu.from_dict(data)
-        allocated = dict((gi['id'], gi.get('allocated_to') or []) for gi in data.get('gpu_instances') or [])
+        holders = dict((gi['id'], gi.get('allocated_to') or []) for gi in data.get('gpu_instances') or [])
         self.node = node
         self.index = gpu.index
         self.uuid = gpu.uuid
@@ -73,7 +73,7 @@ class _Gpu(object):
         self.instances = []
         for gi in gpu.gpu_instances:
             self.instances.append(_Instance(gi.id, gi.profile, gi.start, [ci.profile for ci in gi.compute_instances],
-                                            allocated[gi.id], gi.pids()))
+                                            holders[gi.id], gi.pids()))
         self.instances.sort(key=lambda i: i.start)
         self.changed = False
         try:

@@ -6,9 +6,9 @@
 
 """MIG geometry of one GPU: its profiles as NVML reports them, and free-space analysis.
 
-Pure Python: no NVML, no Ansible imports. The catalog is built from the plain data the
-NVML backend returns (``profiles`` of a GPU), so the same code serves real GPUs and the
-simulator.
+Pure Python: no NVML, no Ansible imports. The catalog is built from the profiles the NVML
+backend reads (``_host_model.Gpu.profiles``, plain data), so the same code serves real GPUs
+and the simulator.
 
 Definitions (documented for users in docs/fragmentation.md):
 
