@@ -235,7 +235,8 @@ def compare_gpu(gpu, key, model):
     mig_on = gpu['mig_mode']['value'][0] == 1
     by_enum = dict((int(enum), answer) for enum, answer in gpu['profile_info_by_enum'].items())
     if not mig_on:
-        # nvml.h: with MIG off every profile info call answers NOT_SUPPORTED (what the simulator does).
+        # nvml.h: with MIG off every profile info call answers NOT_SUPPORTED (what the simulator does; driver 580.159.04
+        # on an H200 answered the offered profiles: docs/hardware.md, Seen on real hardware).
         answers = sorted(set(answer.get('error', 'SUCCESS') for answer in by_enum.values()))
         differ('profile info answers with MIG off', answers, ['NVML_ERROR_NOT_SUPPORTED'])
         return rows
