@@ -83,3 +83,11 @@ def test_disable_mig_clears_instances_left_under_a_mode_already_off_and_sets_no_
     decision = ModeDecision(_gpu([]), False, allow_reset=False)
     disable_mig(RecordingBackend(calls), decision, None, lambda p: calls.append(('clear', p)))
     assert calls == [('set_mig_mode', 0, False)]
+
+
+@pytest.mark.parametrize('mode, wanted_enabled', [({'current': 'enabled', 'pending': 'disabled'}, True),
+                                                  ({'current': 'disabled', 'pending': 'enabled'}, False)])
+def test_a_mode_that_a_reset_would_undo_is_not_in_effect(mode, wanted_enabled):
+    # The mode is as wanted now but the next GPU reset or reboot applies the other one: the set is asked again.
+    decision = ModeDecision(_gpu([], mode=mode), wanted_enabled, allow_reset=False)
+    assert not decision.in_effect and decision.needs_set and decision.changed

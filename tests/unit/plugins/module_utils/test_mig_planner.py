@@ -179,6 +179,13 @@ def test_current_specs_keep_each_gpu_instance_with_its_own_compute_instances():
     assert not plan_gpu_specs(gpu, current_specs(gpu)).changed
 
 
+def test_an_instance_is_matched_whatever_the_order_of_its_compute_instances():
+    # NVML lists compute instances by placement: a 2c before a 1c is the instance the layout asks for all the same.
+    gpu = _split(model_gpu('A100-SXM4-80GB'), [('3g.40gb', 4, ['2c.3g.40gb', '1c.3g.40gb'], [])])
+    assert not plan_gpu(gpu, {'1c.3g.40gb': 1, '2c.3g.40gb': 1}).changed
+    assert not plan_gpu_specs(gpu, current_specs(gpu)).changed
+
+
 def test_specs_a_gpu_cannot_hold_are_refused():
     gpu = model_gpu('A100-SXM4-80GB')
     with pytest.raises(PlanningError, match='profile 5g.50gb is not offered'):
