@@ -191,10 +191,6 @@ class Gpu:
             architecture=data.get('architecture', 'unknown'), memory_total_mib=data.get('memory_total_mib', 0),
             minor_number=data.get('minor_number'))
 
-    def instance(self, gpu_instance_id):
-        """The GPU instance of that id, or None."""
-        return next((gi for gi in self.gpu_instances if gi.id == gpu_instance_id), None)
-
     @property
     def busy(self):
         """A process runs on the GPU or on one of its instances."""
