@@ -632,11 +632,11 @@ def _bound_text(bound):
     return '.'.join(str(number) for number in _bound(bound))
 
 
-def for_driver(name, driver_version):
-    """The model as a driver of ``driver_version`` reports it. ``driver_variants``: (first, last, {profile name: (name
-    then, memorySizeMB then or None)}[, answers]): names and memory change with the driver, and ``answers`` set what
-    the driver answers otherwise than nvml.h says (keys of DRIVER_ANSWERS, e.g. H200_580_ANSWERS)."""
-    model = get_model(name)
+def as_driver_reports(model, driver_version):
+    """``model`` (a table as MODELS holds it) as a driver of ``driver_version`` reports it. ``driver_variants``: (first,
+    last, {profile name: (name then, memorySizeMB then or None)}[, answers]): names and memory change with the driver,
+    and ``answers`` set what the driver answers otherwise than nvml.h says (keys of DRIVER_ANSWERS, e.g.
+    H200_580_ANSWERS). The model itself where no variant covers that driver."""
     changes = {}
     answers = {}
     for variant in model['driver_variants']:
@@ -645,18 +645,24 @@ def for_driver(name, driver_version):
             answers.update(variant[3] if len(variant) > 3 else {})
     if not changes and not answers:
         return model
-    key = (name, tuple(sorted(changes.items())), tuple(sorted(answers.items())))
+    reported = dict(model, **answers)
+    reported['profiles'] = []
+    for profile in model['profiles']:
+        profile = dict(profile)
+        if profile['name'] in changes:
+            new_name, memory = changes[profile['name']]
+            profile['name'] = new_name
+            profile['memory_mib'] = memory or profile['memory_mib']
+        reported['profiles'].append(profile)
+    return reported
+
+
+def for_driver(name, driver_version):
+    """The model named ``name`` as a driver of ``driver_version`` reports it (as_driver_reports), built once."""
+    model = get_model(name)
+    key = (name, driver_version_key(driver_version))
     if key not in _BY_DRIVER:
-        variant = dict(model, **answers)
-        variant['profiles'] = []
-        for profile in model['profiles']:
-            profile = dict(profile)
-            if profile['name'] in changes:
-                new_name, memory = changes[profile['name']]
-                profile['name'] = new_name
-                profile['memory_mib'] = memory or profile['memory_mib']
-            variant['profiles'].append(profile)
-        _BY_DRIVER[key] = variant
+        _BY_DRIVER[key] = as_driver_reports(model, driver_version)
     return _BY_DRIVER[key]
 
 
