@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The hardware check: the first thing to run on a machine with real NVIDIA GPUs (docs/hardware.md).
 
-Read-only: no MIG mode change, no instance created or destroyed, no reset. It
+Read-only by construction: in its own process and in every Python process its ansible-playbook run starts, pynvml
+lets only read calls reach the driver (tests/hw/read_only/nvml_read_only.py); the modules run in check mode. So: no
+MIG mode change, no instance created or destroyed, no reset. It
 
 1. reads every GPU through NVML (nvidia-ml-py) with read calls only: identity, memory, MIG mode, every GPU
    instance profile (ids, names, memory, slices, SMs, counts, placements), the placements NVML answers
@@ -51,10 +53,16 @@ simulator_on_path()
 from gpufleet_nvml_sim import rules  # noqa: E402  (the simulator's own answer rules: one definition)
 from gpufleet_nvml_sim.errors import NvmlFailure, error_name  # noqa: E402
 from gpufleet_nvml_sim.models import MODELS, as_driver_reports  # noqa: E402
+from tests.hw.read_only import nvml_read_only  # noqa: E402
 
 MAX_PROFILE_ID = 96         # as the NVML backend asks with MIG off (_nvml_backend._PROFILE_IDS_WITHOUT_MIG)
 MAX_ITEMS = 32
 CATALOG = os.path.join(REPO, 'roles', 'mig_layout', 'files', 'catalog.yml')
+# First on PYTHONPATH of every process the check starts: its sitecustomize.py guards pynvml (nvml_read_only).
+READ_ONLY_DIR = os.path.dirname(os.path.abspath(nvml_read_only.__file__))
+GUARD_TASK = 'read-only guard'
+# What nvidia_mig_instance answers on a GPU whose MIG is off (the check runs it there all the same).
+INSTANCE_REFUSAL_WITHOUT_MIG = 'MIG mode is disabled'
 # The layout the layout module plans (check mode) on every GPU: the shipped catalog's balanced one.
 LAYOUT = 'all-balanced'
 
@@ -174,6 +182,7 @@ def open_nvml(library, simulated):
         import pynvml
     except ImportError:
         raise CannotRun('nvidia-ml-py is not installed for %s: pip install nvidia-ml-py' % sys.executable)
+    nvml_read_only.install(pynvml)      # before the library is loaded: no call but a read reaches it
     if simulated:
         from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import load_simulator
         load_simulator(os.environ[SIMULATOR_ENV]).install(pynvml, os.environ[SIMULATOR_ENV])
@@ -347,7 +356,10 @@ def module_playbook(nvml, host_dir):
     import yaml
     with open(CATALOG) as handle:
         catalog = yaml.safe_load(handle)
-    tasks = [{'name': 'facts', 'gpufleet.mig.nvidia_mig_facts': {'pod_resources': 'off'}}]
+    # First: the processes Ansible starts for the modules have the read-only guard, or nothing else runs.
+    tasks = [{'name': GUARD_TASK, 'changed_when': False, 'ansible.builtin.command': {
+                 'argv': [sys.executable, '-c', 'import nvml_read_only; nvml_read_only.require_installed()']}},
+             {'name': 'facts', 'gpufleet.mig.nvidia_mig_facts': {'pod_resources': 'off'}}]
     layout_paths = {'config_dir': os.path.join(host_dir, 'etc'), 'lib_dir': os.path.join(host_dir, 'lib'),
                     'bin_dir': os.path.join(host_dir, 'bin'), 'systemd_dir': os.path.join(host_dir, 'systemd'), 'systemd': False}
     for gpu in nvml['gpus']:
@@ -371,6 +383,12 @@ def module_playbook(nvml, host_dir):
              'vars': {'ansible_python_interpreter': sys.executable}, 'tasks': tasks}]
 
 
+def read_only_environment(envvars):
+    """``envvars`` with READ_ONLY_DIR first on PYTHONPATH: every Python process of the run guards pynvml."""
+    rest = envvars.get('PYTHONPATH', os.environ.get('PYTHONPATH', ''))
+    return dict(envvars, PYTHONPATH=os.pathsep.join([READ_ONLY_DIR] + [part for part in rest.split(os.pathsep) if part]))
+
+
 def run_modules(nvml, out, simulated):
     from tests.support.playbook import ansible_settings, run_playbook
     import yaml
@@ -380,15 +398,24 @@ def run_modules(nvml, out, simulated):
     envvars = ansible_settings()
     if simulated:
         envvars.update(simulated_environment(os.environ[SIMULATOR_ENV]))
-    run = run_playbook(path, inventory='localhost,', envvars=envvars, project_dir=REPO, timeout=240)
+    run = run_playbook(path, inventory='localhost,', envvars=read_only_environment(envvars), project_dir=REPO, timeout=240)
     results = {}
     rows = []
-    tasks = ['facts'] + ['%s GPU %d' % (kind, gpu['index']) for gpu in nvml['gpus'] if 'error' not in gpu['mig_mode']
+    tasks = [GUARD_TASK, 'facts'] + ['%s GPU %d' % (kind, gpu['index']) for gpu in nvml['gpus'] if 'error' not in gpu['mig_mode']
                          for kind in ('mode', 'instance')] + ['layout']
+    # nvidia_mig_instance refuses a GPU whose MIG is off, saying so: that refusal is the answer expected there.
+    refusals = dict(('instance GPU %d' % gpu['index'], INSTANCE_REFUSAL_WITHOUT_MIG) for gpu in nvml['gpus']
+                    if gpu.get('mig_mode', {}).get('value', [1])[0] == 0)
+    # A failed task's result need not say 'failed' (ansible-core 2.19 leaves it out): its event's status does.
+    statuses = dict((result['task'], result['status']) for result in run.results if result['host'] == 'localhost')
     for task in tasks:
         result = run.task_results(task).get('localhost', {'failed': True, 'msg': 'did not run: %s' % run.describe()})
-        results[task] = result
-        rows.append({'module run': task, 'result': 'failed' if result.get('failed') else 'ok',
+        failed = bool(result.get('failed') or statuses.get(task) in ('failed', 'unreachable'))
+        expected = task in refusals
+        outcome = 'refused as expected' if failed and expected and refusals[task] in (result.get('msg') or '') else \
+            'failed' if failed or expected else 'ok'
+        results[task] = dict(result, failed=failed, outcome=outcome)
+        rows.append({'module run': task, 'result': outcome,
                      'changed (check mode)': bool(result.get('changed')), 'message': (result.get('msg') or '')[:160]})
     return results, rows
 

@@ -22,8 +22,9 @@ import pytest
 
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
 from tests.hw import hw_check
+from tests.hw.read_only import nvml_read_only
 
-from .playbook import REPO, ansible_environment
+from .playbook import REPO, ansible_environment, ansible_settings, run_playbook
 from .simulator import simulator_on_path
 
 simulator = simulator_on_path()
@@ -143,9 +144,11 @@ def test_the_whole_check_prints_the_differences_and_changes_nothing(host, tmp_pa
     lines = printed.splitlines()
     header = [line for line in lines if line.startswith('gpu ')][0]
     assert header.split() == ['gpu', 'model', 'item', 'nvml', 'simulator']
-    for task in ('facts', 'mode GPU 0', 'instance GPU 1', 'layout'):
+    for task in ('read-only guard', 'facts', 'mode GPU 0', 'instance GPU 1', 'layout'):
         assert [line for line in lines if line.startswith(task + ' ') and ' ok ' in line], printed
     assert 'mode GPU 2' not in printed      # the L40S has no MIG
+    # The A100's MIG is off: the instance module refuses it, as expected there (a failure anywhere else).
+    assert [line for line in lines if line.startswith('instance GPU 0 ') and ' refused as expected ' in line], printed
     for name in ('nvml.json', 'modules.json', 'differences.json'):
         assert os.path.getsize(os.path.join(out, name)) > 0
     with open(os.path.join(out, 'modules.json')) as handle:
@@ -266,3 +269,142 @@ def test_a_simulated_h200_on_driver_580_159_answers_what_the_real_one_did(tmp_pa
     real = recorded()['gpus'][0]
     assert dict(nvml['gpus'][0], uuid=real['uuid']) == real
     assert rows_of(nvml) == []
+
+
+# ---- issue 30: read-only by construction ------------------------------------------------------------------------------
+
+# What the brief names, and what the simulator logs as mutating: each refused before it reaches the library.
+MUTATING = ('nvmlDeviceSetMigMode', 'nvmlDeviceCreateGpuInstance', 'nvmlDeviceCreateGpuInstanceWithPlacement',
+            'nvmlGpuInstanceCreateComputeInstance', 'nvmlGpuInstanceCreateComputeInstanceWithPlacement', 'nvmlGpuInstanceDestroy',
+            'nvmlComputeInstanceDestroy', 'nvmlDeviceResetGpuLockedClocks', 'nvmlDeviceResetMemoryLockedClocks',
+            'nvmlDeviceResetApplicationsClocks', 'nvmlDeviceModifyDrainState', 'nvmlDeviceRemoveGpu', 'nvmlDeviceSetPersistenceMode',
+            'nvmlDeviceClearEccErrorCounts', 'nvmlDeviceReadWritePRM_v1', 'nvmlSystemSetNvlinkBwMode', 'nvmlUnitSetLedState')
+# Words of a C function name that change something: a call the guard lets through has none of them.
+CHANGING_WORDS = {'Set', 'Create', 'Destroy', 'Reset', 'Clear', 'Remove', 'Modify', 'Register', 'Free', 'Activate', 'Update',
+                  'Write', 'Discover', 'Force', 'Freeze', 'Alloc', 'Wait', 'Enable', 'Disable', 'Inject', 'Start', 'Stop'}
+
+
+def pynvml_symbols():
+    """Every C function nvidia-ml-py's wrappers resolve."""
+    import re
+    import pynvml
+    with open(pynvml.__file__) as handle:
+        return sorted(set(re.findall(r'_nvmlGetFunctionPointer\("(\w+)"\)', handle.read())))
+
+
+def test_the_guard_lets_through_only_calls_that_read():
+    import re
+    symbols = pynvml_symbols()
+    assert len(symbols) > 300 and set(MUTATING) <= set(symbols) and set(simulator.MUTATING_CALLS) <= set(MUTATING)
+    passed = [name for name in symbols if nvml_read_only.is_read_call(name)]
+    for name in passed:
+        words = set(re.findall(r'[A-Z][a-z]*', name[len('nvml'):]))
+        # read with "Set" a noun in their name: the thermal settings, the set of GPUs of a topology level
+        assert not words & CHANGING_WORDS or name in ('nvmlDeviceGetThermalSettings', 'nvmlSystemGetTopologyGpuSet'), name
+    assert not [name for name in MUTATING if nvml_read_only.is_read_call(name)]
+    # Every call the NVML backend reads with passes (the simulated library answers exactly those).
+    assert [name for name in simulator.SYMBOLS if name not in simulator.MUTATING_CALLS and not nvml_read_only.is_read_call(name)] == []
+
+
+@pytest.fixture
+def guarded(host):
+    import pynvml
+    refusal = nvml_read_only.install(pynvml)
+    try:
+        yield pynvml, refusal
+    finally:
+        nvml_read_only.uninstall(pynvml)
+        simulator.uninstall(pynvml)
+
+
+def test_a_mutating_call_is_refused_under_the_guard_before_it_reaches_the_library_while_reads_pass(host, guarded):
+    import ctypes
+    pynvml, refusal = guarded
+    simulator.install(pynvml, host.path)
+    pynvml.nvmlInit()
+    a100, h100 = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
+    assert pynvml.nvmlDeviceGetMigMode(a100) == [0, 0] and pynvml.nvmlDeviceGetName(h100) == 'NVIDIA H100 80GB HBM3'
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(h100, read_answers_gi_id(host))
+    placement = pynvml.c_nvmlGpuInstancePlacement_t()
+    placement.start, placement.size = 0, 8
+    attempts = [
+        lambda: pynvml.nvmlDeviceSetMigMode(a100, 1),
+        lambda: pynvml.nvmlDeviceCreateGpuInstance(h100, 0),
+        lambda: pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h100, 0, ctypes.byref(placement)),
+        lambda: pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 0),
+        lambda: pynvml.nvmlGpuInstanceDestroy(gi),
+        lambda: pynvml.nvmlComputeInstanceDestroy(pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, 0)),
+        lambda: pynvml.nvmlDeviceResetGpuLockedClocks(a100),
+    ]
+    for attempt in attempts:
+        with pytest.raises(refusal) as refused:
+            attempt()
+        assert isinstance(refused.value, pynvml.NVMLError) and refused.value.value == pynvml.NVML_ERROR_NO_PERMISSION
+        assert 'refused: the hardware check is read-only' in str(refused.value)
+    counts = pynvml.nvmlLib.call_counts
+    assert not [name for name in simulator.MUTATING_CALLS if counts.get(name)]     # none reached the library
+    assert mutating_calls(host) == []
+    pynvml.nvmlShutdown()
+
+
+def read_answers_gi_id(host):
+    return simulator.load_state(host.path)['gpus'][1]['gpu_instances'][0]['id']
+
+
+def test_the_backend_reads_a_whole_host_under_the_guard(host, guarded):
+    from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import BackendError, NvmlBackend
+    backend = NvmlBackend()
+    try:
+        gpus = backend.read_host().gpus
+        assert [g.mig_mode.current for g in gpus] == ['disabled', 'enabled', 'disabled'] and gpus[1].gpu_instances
+        with pytest.raises(BackendError) as refused:
+            backend.set_mig_mode(0, True)
+    finally:
+        backend.close()
+    assert 'NVML_ERROR_NO_PERMISSION' in str(refused.value) and 'nvmlDeviceSetMigMode refused' in str(refused.value)
+    assert mutating_calls(host) == []
+
+
+def test_the_guard_reaches_the_module_processes_ansible_starts(host, tmp_path):
+    """A module that would change the GPU (not check mode), run with the check's environment: refused, nothing changed."""
+    playbook = str(tmp_path / 'change.yml')
+    with open(playbook, 'w') as handle:
+        json.dump([{'hosts': 'localhost', 'connection': 'local', 'gather_facts': False,
+                    'vars': {'ansible_python_interpreter': sys.executable},
+                    'tasks': hw_check.module_playbook({'gpus': []}, str(tmp_path / 'host'))[0]['tasks'][:1] + [
+                        {'name': 'enable', 'gpufleet.mig.nvidia_mig_mode': {'gpus': ['0'], 'state': 'enabled', 'pod_resources': 'off'}}]}],
+                  handle)
+    envvars = dict(ansible_settings(), **simulator_environment(host))
+    run = run_playbook(playbook, inventory='localhost,', envvars=hw_check.read_only_environment(envvars), project_dir=REPO, timeout=240)
+    statuses = [(result['task'], result['status']) for result in run.results]
+    assert statuses == [(hw_check.GUARD_TASK, 'ok'), ('enable', 'failed')], run.describe()
+    enable = run.task_results('enable')['localhost']
+    assert 'nvmlDeviceSetMigMode refused: the hardware check is read-only' in enable['msg'], enable
+    assert mutating_calls(host) == []
+    # Without the guard's folder on PYTHONPATH the first task fails, and no module runs.
+    run = run_playbook(playbook, inventory='localhost,', envvars=envvars, project_dir=REPO, timeout=240)
+    assert [(result['task'], result['status']) for result in run.results] == [(hw_check.GUARD_TASK, 'failed')], run.describe()
+    assert mutating_calls(host) == []
+
+
+def simulator_environment(host):
+    from tests.support.simulator import simulated_environment
+    return simulated_environment(host.path)
+
+
+def test_a_module_that_fails_is_reported_and_fails_the_check(host, tmp_path, capsys, monkeypatch):
+    """A failed task's result does not say 'failed' on ansible-core 2.19: its status does (the check once read it as ok)."""
+    for name, value in ansible_environment().items():
+        if name.startswith('ANSIBLE_') or name == 'PATH':
+            monkeypatch.setenv(name, value)
+    state = simulator.load_state(host.path)
+    # The check's own read is the first call on GPU 0, the facts module's the second.
+    state['faults'] = [{'call': 'nvmlDeviceGetMigMode', 'gpu': 0, 'nth': 2, 'error': 'NVML_ERROR_UNKNOWN'}]
+    simulator.write_state(host.path, state)
+    out = str(tmp_path / 'out')
+    assert hw_check.main(['--simulated', '--out', out]) == 1
+    printed = capsys.readouterr().out
+    assert [line for line in printed.splitlines() if line.startswith('facts ') and ' failed ' in line], printed
+    with open(os.path.join(out, 'modules.json')) as handle:
+        assert json.load(handle)['facts']['failed'] is True
+    assert mutating_calls(host) == []
