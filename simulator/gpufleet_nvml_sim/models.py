@@ -249,9 +249,9 @@ H200 = {
     # 8-memory-slice profiles (1g.18gb unchanged, names, SMs and engines as above), and the MIG-off answers of
     # H200_580_ANSWERS. From which 580 release on, and whether later branches answer alike: GUESS (580.159 to the end
     # of the 580 branch; earlier 580 releases, the simulator's default 580.95.05 among them, keep the table above).
-    'driver_variants': (((580, 159), 580, dict(
-        [(name, (name, 33280)) for name in ('1g.35gb', '2g.35gb')] + [(name, (name, 71424)) for name in ('3g.71gb', '4g.71gb')] +
-        [('7g.141gb', ('7g.141gb', 143360))]), H200_580_ANSWERS),),
+    'driver_variants': (((580, 159), 580, {
+        '1g.35gb': ('1g.35gb', 33280), '2g.35gb': ('2g.35gb', 33280), '3g.71gb': ('3g.71gb', 71424),
+        '4g.71gb': ('4g.71gb', 71424), '7g.141gb': ('7g.141gb', 143360)}, H200_580_ANSWERS),),
     'gpu_instance_profiles': (
         (ENUM_1_SLICE, 19, '1g.18gb', 1, 1, 16384, 16, 7, _1G_8, (1, 1, 0, 1, 0)),
         (ENUM_1_SLICE_REV1, 20, '1g.18gb+me', 1, 1, 16384, 16, 1, _1G_8, (1, 1, 0, 1, 1)),

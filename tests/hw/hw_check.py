@@ -357,8 +357,8 @@ def module_playbook(nvml, host_dir):
     with open(CATALOG) as handle:
         catalog = yaml.safe_load(handle)
     # First: the processes Ansible starts for the modules have the read-only guard, or nothing else runs.
-    tasks = [{'name': GUARD_TASK, 'changed_when': False, 'ansible.builtin.command': {
-                 'argv': [sys.executable, '-c', 'import nvml_read_only; nvml_read_only.require_installed()']}},
+    guard = {'argv': [sys.executable, '-c', 'import nvml_read_only; nvml_read_only.require_installed()']}
+    tasks = [{'name': GUARD_TASK, 'changed_when': False, 'ansible.builtin.command': guard},
              {'name': 'facts', 'gpufleet.mig.nvidia_mig_facts': {'pod_resources': 'off'}}]
     layout_paths = {'config_dir': os.path.join(host_dir, 'etc'), 'lib_dir': os.path.join(host_dir, 'lib'),
                     'bin_dir': os.path.join(host_dir, 'bin'), 'systemd_dir': os.path.join(host_dir, 'systemd'), 'systemd': False}
@@ -402,7 +402,7 @@ def run_modules(nvml, out, simulated):
     results = {}
     rows = []
     tasks = [GUARD_TASK, 'facts'] + ['%s GPU %d' % (kind, gpu['index']) for gpu in nvml['gpus'] if 'error' not in gpu['mig_mode']
-                         for kind in ('mode', 'instance')] + ['layout']
+                                     for kind in ('mode', 'instance')] + ['layout']
     # nvidia_mig_instance refuses a GPU whose MIG is off, saying so: that refusal is the answer expected there.
     refusals = dict(('instance GPU %d' % gpu['index'], INSTANCE_REFUSAL_WITHOUT_MIG) for gpu in nvml['gpus']
                     if gpu.get('mig_mode', {}).get('value', [1])[0] == 0)

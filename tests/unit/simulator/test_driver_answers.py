@@ -273,9 +273,9 @@ def test_ids_the_h200_lacks_answer_no_placement_on_driver_580_159(sim, driver, e
     assert answers[9] == [(0, 4), (4, 4)] and answers[15] == [(0, 2), (2, 2), (4, 2), (6, 2)]
     array = (pynvml.c_nvmlGpuInstancePlacement_t * 8)()
     count = ctypes.c_uint(5)
+    placements = raw('nvmlDeviceGetGpuInstancePossiblePlacements_v2')
     for profile_id in empty:
-        assert raw('nvmlDeviceGetGpuInstancePossiblePlacements_v2')(pynvml.nvmlDeviceGetHandleByIndex(0), profile_id, array,
-                                                                     ctypes.byref(count)) == E.NVML_SUCCESS
+        assert placements(pynvml.nvmlDeviceGetHandleByIndex(0), profile_id, array, ctypes.byref(count)) == E.NVML_SUCCESS
         assert count.value == 0
 
 
