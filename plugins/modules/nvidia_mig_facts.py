@@ -182,6 +182,15 @@ ansible_facts:
               type: list
               elements: dict
               returned: when MIG is disabled on a MIG-capable GPU
+            profiles_without_mig:
+              description:
+                - The GPU instance profiles the driver describes while MIG is off, in the form of
+                  RV(ansible_facts.nvidia_mig.gpus[].profiles). nvml.h says a driver describes none until MIG is enabled;
+                  some do all the same (driver 580.159.04 on an H200), and nvidia_mig_layout then checks a layout
+                  against them before any change.
+              type: list
+              elements: dict
+              returned: when MIG is disabled on a MIG-capable GPU whose driver describes its profiles then
             profiles:
               description:
                 - GPU instance profiles as NVML reports them (empty when not MIG-capable or while MIG is disabled).

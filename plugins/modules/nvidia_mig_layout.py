@@ -241,7 +241,8 @@ gpus:
     checked_with:
       description:
         - While MIG is off (RV(gpus[].deferred)), what the entry was checked against before any GPU of the host changed,
-          in words. The profiles of a GPU of the same model with MIG enabled, else a forecast from the possible
+          in words. The profiles the driver describes for the GPU with MIG off where it does (driver 580.159.04 on an
+          H200), else those of a GPU of the same model with MIG enabled, else a forecast from the possible
           placements NVML answers with MIG off (the memory slices) and NVIDIA's profile naming rule, else nothing.
           Null when the instances are planned already.
       type: str

@@ -402,8 +402,8 @@ class SimulatedNvml(object):
         info = abi.target(info_out)
         if versioned and getattr(info, 'version', None) != abi.GI_PROFILE_INFO_V2:
             raise NvmlFailure('NVML_ERROR_ARGUMENT_VERSION_MISMATCH')
-        self._require_mig_enabled(ctx)
-        self._write_gi_profile(info, rules.profile_by_enum(ctx.model, abi.uint(enum)), versioned)
+        profile = rules.profile_info(ctx.model, abi.uint(enum), ctx.gpu['mig']['current'] == 'enabled')
+        self._write_gi_profile(info, profile, versioned)
 
     def sym_nvmlDeviceGetGpuInstanceProfileInfoV(self, handle, enum, info_out):
         self._gi_profile_info('nvmlDeviceGetGpuInstanceProfileInfoV', handle, enum, info_out, True)
@@ -420,11 +420,10 @@ class SimulatedNvml(object):
         self._write_gi_profile(info, rules.profile_by_id(ctx.model, abi.uint(profile_id)), True)
 
     def sym_nvmlDeviceGetGpuInstancePossiblePlacements_v2(self, handle, profile_id, placements, count):
-        """Answered whether MIG is enabled or not (nvml.h): the only profile data a disabled GPU gives."""
+        """Answered whether MIG is enabled or not (nvml.h): the only profile data a disabled GPU gives on most drivers."""
         ctx = self._read('nvmlDeviceGetGpuInstancePossiblePlacements_v2', handle)
-        self._require_mig_capable(ctx)
-        profile = rules.profile_by_id(ctx.model, abi.uint(profile_id))
-        self._fill_placements(profile['starts'], profile['memory_slices'], placements, count)
+        starts, size = rules.possible_placements(ctx.model, abi.uint(profile_id))
+        self._fill_placements(starts, size, placements, count)
 
     def sym_nvmlDeviceGetGpuInstanceRemainingCapacity(self, handle, profile_id, count):
         ctx = self._read('nvmlDeviceGetGpuInstanceRemainingCapacity', handle)

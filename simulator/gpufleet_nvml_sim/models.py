@@ -22,6 +22,7 @@ Sources, cited per figure in the comments (anything not sourced says GUESS):
   [LGIP]   other public `nvidia-smi mig -lgip` transcripts: bigstack-oss/cubecos issue 312 and
            GoogleCloudPlatform/container-engine-accelerators PR 564 (RTX PRO 6000)
   [SMI]    total memory as `nvidia-smi` prints it in public logs
+  [HW]     `make hw-check` on real hardware, as docs/hardware.md records it ("Seen on real hardware")
 MiB figures from transcripts are nvidia-smi's GiB x 1024.
 
 Pure Python: no NVML, no Ansible imports.
@@ -224,12 +225,33 @@ H100_SXM5_94GB = dict(
     H100_NVL, nvml_name='NVIDIA H100 SXM5 94GB', pci_device_ids=(0x233910DE,),
 )
 
+# How driver 580.159.04 answered on a real H200 [HW] where nvml.h and older drivers answer otherwise (a driver
+# variant's answers; what a model leaves out is nvml.h's rule, DRIVER_ANSWERS):
+H200_580_ANSWERS = {
+    # nvmlDeviceGetGpuInstanceProfileInfo[V] describes the offered profiles with MIG off too (nvml.h: NOT_SUPPORTED
+    # while MIG is disabled); the other enums answer NOT_SUPPORTED.
+    'profile_info_without_mig': True,
+    # The enums that driver knows end with 2_SLICE_ALL_ME (0x10): 3_SLICE_GFX (0x11) came with NVML v595 (NVML API
+    # change log, "Changes between NVML v590 and v595"), and asking for it answered INVALID_ARGUMENT.
+    'gi_profile_enum_count': ENUM_3_SLICE_GFX,
+    # Profile ids of other boards (RTX PRO 6000 +gfx, +me.all and -me among them) whose possible placements answer
+    # SUCCESS with none, MIG off (with MIG on: GUESS, alike); every other id the GPU lacks answers NOT_SUPPORTED.
+    'empty_placement_ids': (32, 35, 38, 47, 48, 64, 65, 66, 67, 72, 73),
+}
+
 H200 = {
     # [README] name and PCI id; [REF] from mig-parted issue 120: names, ids, memory (1g.18gb 16384 confirmed;
     # 1g.35gb/2g.35gb 33024, 3g/4g.71gb 71168, 7g.141gb 143104), SMs, engines, total 143771 (high).
     'nvml_name': 'NVIDIA H200', 'pci_device_ids': (0x233510DE,), 'architecture': ARCH_HOPPER,
     'memory_total_mib': 143771, 'sm_count': 132, 'mig_mode_change': IMMEDIATE_WHEN_IDLE,
     'memory_slices': 8, 'compute_placements': COMPUTE_PLACEMENTS, 'auto_placement_order': AUTO_PLACEMENT_8,
+    # [HW] driver 580.159.04 on a real H200 (docs/hardware.md, "Seen on real hardware"): more memory for the 2-, 4- and
+    # 8-memory-slice profiles (1g.18gb unchanged, names, SMs and engines as above), and the MIG-off answers of
+    # H200_580_ANSWERS. From which 580 release on, and whether later branches answer alike: GUESS (580.159 to the end
+    # of the 580 branch; earlier 580 releases, the simulator's default 580.95.05 among them, keep the table above).
+    'driver_variants': (((580, 159), 580, {
+        '1g.35gb': ('1g.35gb', 33280), '2g.35gb': ('2g.35gb', 33280), '3g.71gb': ('3g.71gb', 71424),
+        '4g.71gb': ('4g.71gb', 71424), '7g.141gb': ('7g.141gb', 143360)}, H200_580_ANSWERS),),
     'gpu_instance_profiles': (
         (ENUM_1_SLICE, 19, '1g.18gb', 1, 1, 16384, 16, 7, _1G_8, (1, 1, 0, 1, 0)),
         (ENUM_1_SLICE_REV1, 20, '1g.18gb+me', 1, 1, 16384, 16, 1, _1G_8, (1, 1, 0, 1, 1)),
@@ -524,6 +546,13 @@ SUBSYSTEM_IDS = {
     'RTX-PRO-5000': 0x204D10DE, 'L40S': 0x185110DE,
 }
 
+# How NVML answers where drivers differ, as nvml.h says (a driver variant may answer otherwise, H200_580_ANSWERS):
+DRIVER_ANSWERS = {
+    'profile_info_without_mig': False,          # GetGpuInstanceProfileInfo[V] with MIG off: NOT_SUPPORTED
+    'gi_profile_enum_count': GI_PROFILE_COUNT,  # enums from here on: INVALID_ARGUMENT
+    'empty_placement_ids': (),                  # ids the GPU lacks whose possible placements answer SUCCESS with none
+}
+
 _GI_COLUMNS = ('enum', 'id', 'name', 'compute_slices', 'memory_slices', 'memory_mib', 'multiprocessors', 'max_count', 'starts')
 _ENGINE_COLUMNS = ('copy_engines', 'decoders', 'encoders', 'jpegs', 'ofas')
 MEDIA_ENGINE_COLUMNS = ('decoders', 'encoders', 'jpegs', 'ofas')
@@ -560,6 +589,8 @@ def _build(key, table):
     model.setdefault('ci_7_slice_nvl_since_driver', None)
     model['driver_variants'] = tuple(table.get('driver_variants', ()))
     model['profiles'] = [_build_profile(table, row) for row in table['gpu_instance_profiles']]
+    for answer, default in DRIVER_ANSWERS.items():
+        model.setdefault(answer, default)
     return model
 
 
@@ -575,29 +606,63 @@ def driver_branch(driver_version):
     return int(head) if head.isdigit() else 0
 
 
-def for_driver(name, driver_version):
-    """The model as a driver of ``driver_version`` reports it: names and memory change with the driver branch
-    (``driver_variants``: (first branch, last branch, {profile name: (name then, memorySizeMB then or None)}))."""
-    model = get_model(name)
-    branch = driver_branch(driver_version)
+def driver_version_key(driver_version):
+    """(580, 159, 4) for '580.159.04': the numbers up to the first part that is not one (() for none)."""
+    numbers = []
+    for part in str(driver_version).split('.'):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
+
+
+def _bound(bound):
+    """A variant's bound: a branch (580) or a release ((580, 159)), as a version key."""
+    return tuple(bound) if isinstance(bound, (tuple, list)) else (bound,)
+
+
+def variant_applies(variant, driver_version):
+    """A driver variant (first, last, ...) covers releases from ``first`` to the end of ``last`` (None: no end);
+    each bound is a branch (580: every 580.x) or a release ((580, 159): 580.159 and later)."""
+    version, first, last = driver_version_key(driver_version), _bound(variant[0]), variant[1]
+    return version >= first and (last is None or version[:len(_bound(last))] <= _bound(last))
+
+
+def _bound_text(bound):
+    return '.'.join(str(number) for number in _bound(bound))
+
+
+def as_driver_reports(model, driver_version):
+    """``model`` (a table as MODELS holds it) as a driver of ``driver_version`` reports it. ``driver_variants``: (first,
+    last, {profile name: (name then, memorySizeMB then or None)}[, answers]): names and memory change with the driver,
+    and ``answers`` set what the driver answers otherwise than nvml.h says (keys of DRIVER_ANSWERS, e.g.
+    H200_580_ANSWERS). The model itself where no variant covers that driver."""
     changes = {}
-    for first, last, renamed in model['driver_variants']:
-        if first <= branch <= last:
-            changes.update(renamed)
-    if not changes:
+    answers = {}
+    for variant in model['driver_variants']:
+        if variant_applies(variant, driver_version):
+            changes.update(variant[2])
+            answers.update(variant[3] if len(variant) > 3 else {})
+    if not changes and not answers:
         return model
-    key = (name, tuple(sorted(changes.items())))
+    reported = dict(model, **answers)
+    reported['profiles'] = []
+    for profile in model['profiles']:
+        profile = dict(profile)
+        if profile['name'] in changes:
+            new_name, memory = changes[profile['name']]
+            profile['name'] = new_name
+            profile['memory_mib'] = memory or profile['memory_mib']
+        reported['profiles'].append(profile)
+    return reported
+
+
+def for_driver(name, driver_version):
+    """The model named ``name`` as a driver of ``driver_version`` reports it (as_driver_reports), built once."""
+    model = get_model(name)
+    key = (name, driver_version_key(driver_version))
     if key not in _BY_DRIVER:
-        variant = dict(model)
-        variant['profiles'] = []
-        for profile in model['profiles']:
-            profile = dict(profile)
-            if profile['name'] in changes:
-                new_name, memory = changes[profile['name']]
-                profile['name'] = new_name
-                profile['memory_mib'] = memory or profile['memory_mib']
-            variant['profiles'].append(profile)
-        _BY_DRIVER[key] = variant
+        _BY_DRIVER[key] = as_driver_reports(model, driver_version)
     return _BY_DRIVER[key]
 
 
@@ -713,20 +778,31 @@ def model_problems(key):
 
 
 def _variant_problems(model):
-    """A driver variant renames a profile within its shape (same slices and suffix) and keeps one size per shape."""
+    """A driver variant renames a profile within its shape (same slices and suffix) and keeps one size per shape (a
+    driver may name a profile off NVIDIA's rule: A100 3g.39gb); its answers are keys of DRIVER_ANSWERS."""
     problems = []
     by_name = dict((p['name'], p) for p in model['profiles'])
-    for first, last, renamed in model['driver_variants']:
+    for variant in model['driver_variants']:
+        first, last, renamed = variant[:3]
+        span = 'R%s-R%s' % (_bound_text(first), 'now' if last is None else _bound_text(last))
         for name, (new_name, dummy) in sorted(renamed.items()):
             parsed, then = PROFILE_NAME.match(name), PROFILE_NAME.match(new_name)
             if name not in by_name or not then or then.group('g') != parsed.group('g') or \
                     (then.group('suffix') or '') != (parsed.group('suffix') or ''):
-                problems.append('%s: driver variant %s -> %s (R%d-R%d) is not a rename within one shape' % (
-                    model['key'], name, new_name, first, last))
-        variant = for_driver(model['key'], '%d.0' % first)
+                problems.append('%s: driver variant %s -> %s (%s) is not a rename within one shape' % (
+                    model['key'], name, new_name, span))
+        unknown = sorted(set(variant[3] if len(variant) > 3 else {}) - set(DRIVER_ANSWERS))
+        if unknown:
+            problems.append('%s: driver variant %s sets unknown answers %s' % (model['key'], span, unknown))
+        reported = for_driver(model['key'], _bound_text(first))
+        offered = set(p['id'] for p in reported['profiles']) & set(reported['empty_placement_ids'])
+        if offered:
+            problems.append('%s: driver variant %s answers no placement for the offered ids %s' % (model['key'], span, sorted(offered)))
+        if any(p['enum'] >= reported['gi_profile_enum_count'] for p in reported['profiles']):
+            problems.append('%s: driver variant %s does not know an enum the GPU offers' % (model['key'], span))
         sizes = {}
-        for profile in variant['profiles']:
+        for profile in reported['profiles']:
             sizes.setdefault((profile['compute_slices'], profile['memory_slices']), set()).add(profile['memory_mib'])
         if any(len(found) != 1 for found in sizes.values()):
-            problems.append('%s: driver variant R%d-R%d leaves profiles of one shape with different memory' % (model['key'], first, last))
+            problems.append('%s: driver variant %s leaves profiles of one shape with different memory' % (model['key'], span))
     return problems

@@ -25,7 +25,6 @@ from gpufleet_nvml_sim.models import (
     CI_ENUM_1_SLICE_REV1,
     CI_ENUM_7_SLICE_NVL,
     CI_ENUM_BY_SLICES,
-    GI_PROFILE_COUNT,
     compute_instance_name,
     driver_branch,
 )
@@ -49,14 +48,35 @@ def profile_by_id(model, profile_id):
 
 
 def profile_by_enum(model, enum):
-    """The profile of an ``NVML_GPU_INSTANCE_PROFILE_*`` enum: INVALID_ARGUMENT past the enum's range,
-    NOT_SUPPORTED for an enum this GPU does not offer."""
-    if not 0 <= enum < GI_PROFILE_COUNT:
+    """The profile of an ``NVML_GPU_INSTANCE_PROFILE_*`` enum: INVALID_ARGUMENT past the enums the driver knows
+    (``gi_profile_enum_count``), NOT_SUPPORTED for an enum this GPU does not offer."""
+    if not 0 <= enum < model['gi_profile_enum_count']:
         raise NvmlFailure('NVML_ERROR_INVALID_ARGUMENT')
     for profile in model['profiles']:
         if profile['enum'] == enum:
             return profile
     raise NvmlFailure('NVML_ERROR_NOT_SUPPORTED')
+
+
+def profile_info(model, enum, mig_enabled):
+    """What GetGpuInstanceProfileInfo[V] answers for an enum: the profile, else NvmlFailure. nvml.h: NOT_SUPPORTED
+    while MIG is disabled; a driver that describes the profiles with MIG off too (``profile_info_without_mig``,
+    driver 580.159.04 on an H200) answers as with MIG on."""
+    if not model['mig_capable'] or not (mig_enabled or model['profile_info_without_mig']):
+        raise NvmlFailure('NVML_ERROR_NOT_SUPPORTED')
+    return profile_by_enum(model, enum)
+
+
+def possible_placements(model, profile_id):
+    """(starts, size in memory slices) that GetGpuInstancePossiblePlacements answers for a profile id, MIG on or off
+    (nvml.h): NOT_SUPPORTED for an id the GPU does not offer, except the ids a driver answers with no placement
+    (``empty_placement_ids``)."""
+    if not model['mig_capable']:
+        raise NvmlFailure('NVML_ERROR_NOT_SUPPORTED')
+    if profile_id in model['empty_placement_ids']:
+        return (), 0
+    profile = profile_by_id(model, profile_id)
+    return profile['starts'], profile['memory_slices']
 
 
 # ---- GPU instance ids ---------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The hardware check: the first thing to run on a machine with real NVIDIA GPUs (docs/hardware.md).
 
-Read-only: no MIG mode change, no instance created or destroyed, no reset. It
+Read-only by construction: in its own process and in every Python process its ansible-playbook run starts, pynvml
+lets only read calls reach the driver (tests/hw/read_only/nvml_read_only.py); the modules run in check mode. So: no
+MIG mode change, no instance created or destroyed, no reset. It
 
 1. reads every GPU through NVML (nvidia-ml-py) with read calls only: identity, memory, MIG mode, every GPU
    instance profile (ids, names, memory, slices, SMs, counts, placements), the placements NVML answers
@@ -12,15 +14,17 @@ Read-only: no MIG mode change, no instance created or destroyed, no reset. It
 2. runs the collection's modules on localhost: nvidia_mig_facts, then nvidia_mig_mode and nvidia_mig_instance
    in check mode on every GPU, and nvidia_mig_layout (the shipped catalog's all-balanced) in check mode on the
    host, which checks the GPUs whose MIG is off against what NVML tells before any change;
-3. compares what NVML answered with the NVML simulator's table of that model (simulator/gpufleet_nvml_sim,
-   found by PCI device id) and prints every difference as a table.
+3. compares every value NVML answered, MIG on or off, with the NVML simulator's table of that model
+   (simulator/gpufleet_nvml_sim, found by PCI device id) as the driver that answered reports it (the table's
+   driver-branch variant, where there is one), and prints every difference as a table.
 
-Everything it read is saved under build/hw-check/ (nvml.json, modules.json, differences.json).
+Everything it read is saved under build/hw-check/ (nvml.json, modules.json, differences.json). ``--answers
+nvml.json`` compares the answers a run saved (tests/hw/recorded/ keeps those of real hosts) without NVML.
 
 Exit status: 0 when NVML and the simulator's tables agree and every module ran; 1 when they differ or a
 module failed; 2 when it cannot run (no NVIDIA library: one line says so).
 
-    python tests/hw/hw_check.py [--out DIR] [--nvml-library PATH] [--skip-modules] [--simulated]
+    python tests/hw/hw_check.py [--out DIR] [--nvml-library PATH] [--skip-modules] [--simulated] [--answers NVML_JSON]
 
 ``--simulated`` lets GPUFLEET_MIG_SIMULATOR stand in for the library (the tests check the script that
 way); without it a set GPUFLEET_MIG_SIMULATOR is refused, so that real hardware is never compared with
@@ -43,11 +47,22 @@ for _path in (os.path.join(REPO, 'build', 'collections'), REPO):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from tests.support.simulator import SIMULATOR_ENV, simulated_environment  # noqa: E402  (after the path)
+from tests.support.simulator import SIMULATOR_ENV, simulated_environment, simulator_on_path  # noqa: E402  (after the path)
+
+simulator_on_path()
+from gpufleet_nvml_sim import rules  # noqa: E402  (the simulator's own answer rules: one definition)
+from gpufleet_nvml_sim.errors import NvmlFailure, error_name  # noqa: E402
+from gpufleet_nvml_sim.models import MODELS, as_driver_reports  # noqa: E402
+from tests.hw.read_only import nvml_read_only  # noqa: E402
 
 MAX_PROFILE_ID = 96         # as the NVML backend asks with MIG off (_nvml_backend._PROFILE_IDS_WITHOUT_MIG)
 MAX_ITEMS = 32
 CATALOG = os.path.join(REPO, 'roles', 'mig_layout', 'files', 'catalog.yml')
+# First on PYTHONPATH of every process the check starts: its sitecustomize.py guards pynvml (nvml_read_only).
+READ_ONLY_DIR = os.path.dirname(os.path.abspath(nvml_read_only.__file__))
+GUARD_TASK = 'read-only guard'
+# What nvidia_mig_instance answers on a GPU whose MIG is off (the check runs it there all the same).
+INSTANCE_REFUSAL_WITHOUT_MIG = 'MIG mode is disabled'
 # The layout the layout module plans (check mode) on every GPU: the shipped catalog's balanced one.
 LAYOUT = 'all-balanced'
 
@@ -167,6 +182,7 @@ def open_nvml(library, simulated):
         import pynvml
     except ImportError:
         raise CannotRun('nvidia-ml-py is not installed for %s: pip install nvidia-ml-py' % sys.executable)
+    nvml_read_only.install(pynvml)      # before the library is loaded: no call but a read reaches it
     if simulated:
         from ansible_collections.gpufleet.mig.plugins.module_utils.host._nvml_backend import load_simulator
         load_simulator(os.environ[SIMULATOR_ENV]).install(pynvml, os.environ[SIMULATOR_ENV])
@@ -182,6 +198,19 @@ def open_nvml(library, simulated):
         raise CannotRun("NVIDIA's library libnvidia-ml.so.1 cannot be used: %s (%s): this machine has no NVIDIA driver "
                         'loaded' % (_error_name(pynvml, exc), exc))
     return pynvml
+
+
+def recorded_answers(path):
+    """The answers an earlier run saved (nvml.json); CannotRun (one line) where the file cannot be read as such."""
+    try:
+        with open(path) as handle:
+            nvml = json.load(handle)
+        if not isinstance(nvml.get('gpus'), list) or 'driver_version' not in nvml:
+            raise ValueError('no driver_version and gpus')
+    except (IOError, OSError, ValueError, AttributeError) as exc:
+        raise CannotRun('cannot read the recorded answers %s: %s' % (path, exc))
+    nvml.setdefault('nvml_version', '?')
+    return nvml
 
 
 def read_nvml(pynvml):
@@ -210,8 +239,35 @@ def _sizes(placements):
     return sorted(set(size for dummy, size in placements))
 
 
+def _status(answer):
+    """'SUCCESS' for a profile NVML described, else its error name."""
+    return answer['error'] if 'error' in answer else 'SUCCESS'
+
+
+def _by_status(answers):
+    """{status: [enums]} of profile info answers {enum: answer}."""
+    grouped = {}
+    for enum, answer in sorted(answers.items()):
+        grouped.setdefault(_status(answer), []).append(enum)
+    return grouped
+
+
+def expected_profile_info(model, enum, mig_on):
+    """The table's profile for an enum, or {'error': name}: what the simulator answers with this table (MIG on or off,
+    and what the driver variant answers with MIG off)."""
+    try:
+        return rules.profile_info(model, enum, mig_on)
+    except NvmlFailure as failure:
+        return {'error': error_name(failure.code)}
+
+
 def compare_gpu(gpu, key, model):
-    """Every difference between NVML's answers for one GPU and the simulator's table: [(item, nvml, simulator)]."""
+    """Every difference between NVML's answers for one GPU and the simulator's table: [(item, nvml, simulator)].
+
+    Every value NVML answered is compared, MIG on or off: the status of each profile enum and, where NVML described a
+    profile, its id, name, compute slices, memory, SMs, max count and engines; the profile ids whose placements
+    answer, with their starts and sizes, and those answering with none; the existing instances' compute profiles.
+    """
     if model is None:
         return [('model', '%s (0x%08X)' % (gpu['name'], gpu['pci_device_id']), 'no simulated model has this PCI device id')]
     rows = []
@@ -228,34 +284,34 @@ def compare_gpu(gpu, key, model):
         return rows
     table = dict((profile['id'], profile) for profile in model['profiles'])
     placements = dict((int(profile_id), value) for profile_id, value in gpu['placements_by_id'].items())
-    differ('profile ids with placements', sorted(placements), sorted(table))
+    differ('profile ids with placements', sorted(i for i, found in placements.items() if found), sorted(table))
+    differ('profile ids answering no placement', sorted(i for i, found in placements.items() if not found),
+           sorted(model['empty_placement_ids']))
     for profile_id in sorted(set(placements) & set(table)):
         differ('profile %d placements: starts' % profile_id, _starts(placements[profile_id]), sorted(table[profile_id]['starts']))
         differ('profile %d placements: size' % profile_id, _sizes(placements[profile_id]), [table[profile_id]['memory_slices']])
     mig_on = gpu['mig_mode']['value'][0] == 1
     by_enum = dict((int(enum), answer) for enum, answer in gpu['profile_info_by_enum'].items())
-    if not mig_on:
-        # nvml.h: with MIG off every profile info call answers NOT_SUPPORTED (what the simulator does; driver 580.159.04
-        # on an H200 answered the offered profiles: docs/hardware.md, Seen on real hardware).
-        answers = sorted(set(answer.get('error', 'SUCCESS') for answer in by_enum.values()))
-        differ('profile info answers with MIG off', answers, ['NVML_ERROR_NOT_SUPPORTED'])
-        return rows
-    table_by_enum = dict((profile['enum'], profile) for profile in model['profiles'])
-    offered = dict((enum, answer) for enum, answer in by_enum.items() if 'id' in answer)
-    differ('profile enums offered', sorted(offered), sorted(table_by_enum))
-    for enum in sorted(set(offered) & set(table_by_enum)):
-        real, simulated = offered[enum], table_by_enum[enum]
+    # The enums NVML was asked for (pynvml's NVML_GPU_INSTANCE_PROFILE_COUNT on that machine), answered as the table would.
+    expected = dict((enum, expected_profile_info(model, enum, mig_on)) for enum in by_enum)
+    differ('profile info answers%s' % ('' if mig_on else ' with MIG off'), _by_status(by_enum), _by_status(expected))
+    # Whatever NVML described is compared with the table's profile of that enum, even where the table expects no
+    # description (MIG off on a driver the simulator models by nvml.h): the status row above says that part.
+    described = dict((enum, expected_profile_info(model, enum, True)) for enum in sorted(by_enum) if 'id' in by_enum[enum])
+    described = dict((enum, profile) for enum, profile in described.items() if 'id' in profile)
+    for enum, simulated in sorted(described.items()):
+        real = by_enum[enum]
         name = simulated['name']
         differ('%s: id' % name, real['id'], simulated['id'])
         differ('%s: name' % name, real['name'], 'MIG ' + simulated['name'])
         for field in ('compute_slices', 'memory_mib', 'multiprocessors', 'max_count', 'copy_engines', 'decoders', 'encoders',
                       'jpegs', 'ofas'):
             if field in simulated:
-                differ('%s: %s' % (name, field), real[field], simulated[field])
-    enum_of_id = dict((answer['id'], enum) for enum, answer in offered.items())
+                differ('%s: %s' % (name, field), real.get(field), simulated[field])
+    enum_of_id = dict((by_enum[enum]['id'], enum) for enum in described)
     for gi in gpu.get('gpu_instances') or []:
         # The table's profile of the same enum (its id may be one of the differences).
-        simulated = table_by_enum.get(enum_of_id.get(gi['profile_id']))
+        simulated = described.get(enum_of_id.get(gi['profile_id']))
         if simulated is None:
             continue
         real_ci = dict((answer['compute_slices'], answer) for answer in gi['compute_profiles'].values() if 'id' in answer)
@@ -267,14 +323,14 @@ def compare_gpu(gpu, key, model):
     return rows
 
 
-def compare(nvml, models, model_for=None):
-    """[{gpu, model, item, nvml, simulator}] over every GPU. ``model_for(key, driver_version)``: the table as that
-    driver reports it (the simulator's driver-branch variants), else the plain table."""
+def compare(nvml, models):
+    """[{gpu, model, item, nvml, simulator}] over every GPU, each against its model's table as the driver that answered
+    reports it (the simulator's driver-branch variants: names, memory and the answers that differ from nvml.h)."""
     found = []
     for gpu in nvml['gpus']:
         key, model = find_model(models, gpu)
-        if model is not None and model_for is not None:
-            model = model_for(key, nvml['driver_version'])
+        if model is not None:
+            model = as_driver_reports(model, nvml['driver_version'])
         for item, real, simulated in compare_gpu(gpu, key, model):
             found.append({'gpu': gpu['index'], 'model': key, 'item': item, 'nvml': real, 'simulator': simulated})
     return found
@@ -300,7 +356,10 @@ def module_playbook(nvml, host_dir):
     import yaml
     with open(CATALOG) as handle:
         catalog = yaml.safe_load(handle)
-    tasks = [{'name': 'facts', 'gpufleet.mig.nvidia_mig_facts': {'pod_resources': 'off'}}]
+    # First: the processes Ansible starts for the modules have the read-only guard, or nothing else runs.
+    guard = {'argv': [sys.executable, '-c', 'import nvml_read_only; nvml_read_only.require_installed()']}
+    tasks = [{'name': GUARD_TASK, 'changed_when': False, 'ansible.builtin.command': guard},
+             {'name': 'facts', 'gpufleet.mig.nvidia_mig_facts': {'pod_resources': 'off'}}]
     layout_paths = {'config_dir': os.path.join(host_dir, 'etc'), 'lib_dir': os.path.join(host_dir, 'lib'),
                     'bin_dir': os.path.join(host_dir, 'bin'), 'systemd_dir': os.path.join(host_dir, 'systemd'), 'systemd': False}
     for gpu in nvml['gpus']:
@@ -324,6 +383,12 @@ def module_playbook(nvml, host_dir):
              'vars': {'ansible_python_interpreter': sys.executable}, 'tasks': tasks}]
 
 
+def read_only_environment(envvars):
+    """``envvars`` with READ_ONLY_DIR first on PYTHONPATH: every Python process of the run guards pynvml."""
+    rest = envvars.get('PYTHONPATH', os.environ.get('PYTHONPATH', ''))
+    return dict(envvars, PYTHONPATH=os.pathsep.join([READ_ONLY_DIR] + [part for part in rest.split(os.pathsep) if part]))
+
+
 def run_modules(nvml, out, simulated):
     from tests.support.playbook import ansible_settings, run_playbook
     import yaml
@@ -333,56 +398,68 @@ def run_modules(nvml, out, simulated):
     envvars = ansible_settings()
     if simulated:
         envvars.update(simulated_environment(os.environ[SIMULATOR_ENV]))
-    run = run_playbook(path, inventory='localhost,', envvars=envvars, project_dir=REPO, timeout=240)
+    run = run_playbook(path, inventory='localhost,', envvars=read_only_environment(envvars), project_dir=REPO, timeout=240)
     results = {}
     rows = []
-    tasks = ['facts'] + ['%s GPU %d' % (kind, gpu['index']) for gpu in nvml['gpus'] if 'error' not in gpu['mig_mode']
-                         for kind in ('mode', 'instance')] + ['layout']
+    tasks = [GUARD_TASK, 'facts'] + ['%s GPU %d' % (kind, gpu['index']) for gpu in nvml['gpus'] if 'error' not in gpu['mig_mode']
+                                     for kind in ('mode', 'instance')] + ['layout']
+    # nvidia_mig_instance refuses a GPU whose MIG is off, saying so: that refusal is the answer expected there.
+    refusals = dict(('instance GPU %d' % gpu['index'], INSTANCE_REFUSAL_WITHOUT_MIG) for gpu in nvml['gpus']
+                    if gpu.get('mig_mode', {}).get('value', [1])[0] == 0)
+    # A failed task's result need not say 'failed' (ansible-core 2.19 leaves it out): its event's status does.
+    statuses = dict((result['task'], result['status']) for result in run.results if result['host'] == 'localhost')
     for task in tasks:
         result = run.task_results(task).get('localhost', {'failed': True, 'msg': 'did not run: %s' % run.describe()})
-        results[task] = result
-        rows.append({'module run': task, 'result': 'failed' if result.get('failed') else 'ok',
+        failed = bool(result.get('failed') or statuses.get(task) in ('failed', 'unreachable'))
+        expected = task in refusals
+        outcome = 'refused as expected' if failed and expected and refusals[task] in (result.get('msg') or '') else \
+            'failed' if failed or expected else 'ok'
+        results[task] = dict(result, failed=failed, outcome=outcome)
+        rows.append({'module run': task, 'result': outcome,
                      'changed (check mode)': bool(result.get('changed')), 'message': (result.get('msg') or '')[:160]})
     return results, rows
 
 
 # ---- main ------------------------------------------------------------------------------------------
 
-def main(argv=None, models=None, model_for=None):
+def main(argv=None, models=None):
     parser = argparse.ArgumentParser(description='Read-only hardware check of gpufleet.mig against real NVML (docs/hardware.md).')
     parser.add_argument('--out', default=os.path.join(REPO, 'build', 'hw-check'), help='folder for the raw answers')
     parser.add_argument('--nvml-library', default='', help="path of NVIDIA's library (default: libnvidia-ml.so.1 as pynvml finds it)")
     parser.add_argument('--skip-modules', action='store_true', help='NVML and the comparison only')
     parser.add_argument('--simulated', action='store_true', help='let GPUFLEET_MIG_SIMULATOR stand in for the library (tests)')
+    parser.add_argument('--answers', metavar='NVML_JSON', help="compare the answers an earlier run recorded (its nvml.json) "
+                        "with the simulator's tables, without NVML and modules (after correcting a table)")
     args = parser.parse_args(argv)
     started = time.time()
     try:
-        pynvml = open_nvml(args.nvml_library, args.simulated)
+        nvml = recorded_answers(args.answers) if args.answers else None
+        if nvml is None:
+            pynvml = open_nvml(args.nvml_library, args.simulated)
+            try:
+                nvml = read_nvml(pynvml)
+            finally:
+                pynvml.nvmlShutdown()
     except CannotRun as exc:
         print('hw-check: %s' % exc)
         return 2
-    try:
-        nvml = read_nvml(pynvml)
-    finally:
-        pynvml.nvmlShutdown()
-    if models is None:
-        from gpufleet_nvml_sim import models as simulator_models
-        models = simulator_models.MODELS
-        model_for = getattr(simulator_models, 'for_driver', None)
+    models = MODELS if models is None else models
     if not os.path.isdir(args.out):
         os.makedirs(args.out)
-    with open(os.path.join(args.out, 'nvml.json'), 'w') as handle:
-        json.dump(nvml, handle, indent=1, sort_keys=True)
-    print('hw-check: driver %s, NVML %s, %d GPU(s)%s; raw answers in %s' % (
-        nvml['driver_version'], nvml['nvml_version'], len(nvml['gpus']), ' (simulated)' if args.simulated else '', args.out))
+    if not args.answers:
+        with open(os.path.join(args.out, 'nvml.json'), 'w') as handle:
+            json.dump(nvml, handle, indent=1, sort_keys=True)
+    print('hw-check: driver %s, NVML %s, %d GPU(s)%s; %s' % (
+        nvml['driver_version'], nvml['nvml_version'], len(nvml['gpus']), ' (simulated)' if args.simulated else '',
+        'answers recorded in %s' % args.answers if args.answers else 'raw answers in %s' % args.out))
     failed_modules = []
-    if not args.skip_modules:
+    if not args.skip_modules and not args.answers:
         results, rows = run_modules(nvml, args.out, args.simulated)
         with open(os.path.join(args.out, 'modules.json'), 'w') as handle:
             json.dump(results, handle, indent=1, sort_keys=True)
         print(table(rows, ['module run', 'result', 'changed (check mode)', 'message']))
         failed_modules = [row['module run'] for row in rows if row['result'] == 'failed']
-    differences = compare(nvml, models, model_for)
+    differences = compare(nvml, models)
     with open(os.path.join(args.out, 'differences.json'), 'w') as handle:
         json.dump(differences, handle, indent=1, sort_keys=True)
     if differences:

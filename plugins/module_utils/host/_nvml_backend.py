@@ -184,8 +184,11 @@ class NvmlBackend(object):
             current = pending = pynvml.NVML_DEVICE_MIG_DISABLE
         gpu = Gpu(mig_capable=mig_capable, mig_mode=_mig_mode(current, pending), reset_required=current != pending, **identity)
         if not current:
-            return replace(gpu, processes=self._processes(index, handle),
-                           placements_without_mig=self._placements_without_mig(index, handle) if mig_capable else None)
+            gpu = replace(gpu, processes=self._processes(index, handle),
+                          placements_without_mig=self._placements_without_mig(index, handle) if mig_capable else None)
+            if mig_capable and with_profiles:
+                gpu = replace(gpu, profiles_without_mig=self._profiles_without_mig(index, handle))
+            return gpu
         gi_profiles = self._gi_profile_infos(index, handle)
         gpu = replace(gpu, gpu_instances=self._gpu_instances(index, handle, gi_profiles))
         if with_profiles:
@@ -225,8 +228,22 @@ class NvmlBackend(object):
                           'placements': [{'start': array[i].start, 'size': array[i].size} for i in range(count.value)]})
         return found
 
-    def _gi_profile_infos(self, index, handle):
-        """(enum, v2 profile info) of every GPU instance profile the GPU offers (MIG must be enabled)."""
+    def _profiles_without_mig(self, index, handle):
+        """The GPU instance profiles the driver describes while MIG is off, in the form of ``profiles``; None where it
+        describes none. nvml.h says such a call answers NOT_SUPPORTED until MIG is enabled, and most drivers do; driver
+        580.159.04 described the offered profiles of an H200 with MIG off (docs/hardware.md, "Seen on real
+        hardware"). Any other answer than a description or "not this enum" counts as none: the layout check then
+        forecasts, as before."""
+        infos = self._gi_profile_infos(index, handle, strict=False)
+        if not infos:
+            return None
+        profiles, dummy = self._profiles(index, handle, infos, ())
+        return profiles or None
+
+    def _gi_profile_infos(self, index, handle, strict=True):
+        """(enum, v2 profile info) of every GPU instance profile the GPU offers (MIG enabled, or a driver that describes
+        them with MIG off). An answer other than NOT_SUPPORTED or INVALID_ARGUMENT (not this enum) raises, or, not
+        ``strict``, gives None."""
         infos = []
         for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
             try:
@@ -234,6 +251,8 @@ class NvmlBackend(object):
             except pynvml.NVMLError as exc:
                 if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
                     continue
+                if not strict:
+                    return None
                 raise BackendError('GPU %d: read GPU instance profile %d failed: %s' % (index, enum, _nvml_error_name(exc)))
         return infos
 

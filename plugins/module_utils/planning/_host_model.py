@@ -151,7 +151,8 @@ class Gpu:
     _mig_geometry.Catalog, which types it): NVML describes them only while MIG is enabled
     (``profiles_known``). ``processes`` are those NVML lists on the GPU itself (MIG off); with MIG on they
     are on the compute instances. ``placements_without_mig``: with MIG off, the placements each profile id
-    answers (None where not read).
+    answers (None where not read). ``profiles_without_mig``: with MIG off, the profiles the driver describes all
+    the same, as ``profiles`` (None where it describes none, as nvml.h says; driver 580.159.04 did on an H200).
     """
 
     index: int
@@ -167,6 +168,7 @@ class Gpu:
     profiles_known: bool = False
     unsupported_profiles: List[str] = field(default_factory=list, hash=False)
     placements_without_mig: Optional[List[dict]] = field(default=None, hash=False)
+    profiles_without_mig: Optional[List[dict]] = field(default=None, hash=False)
     pci_device_id: Optional[str] = None
     pci_subsystem_id: Optional[str] = None
     pci_bus_id: Optional[str] = None
@@ -186,7 +188,8 @@ class Gpu:
             processes=_processes(data.get('processes')), profiles=list(data.get('profiles') or []),
             profiles_known=data.get('profiles_known', bool(data.get('profiles'))),
             unsupported_profiles=list(data.get('unsupported_profiles') or []),
-            placements_without_mig=data.get('placements_without_mig'), pci_device_id=data.get('pci_device_id'),
+            placements_without_mig=data.get('placements_without_mig'), profiles_without_mig=data.get('profiles_without_mig'),
+            pci_device_id=data.get('pci_device_id'),
             pci_subsystem_id=data.get('pci_subsystem_id'), pci_bus_id=data.get('pci_bus_id'),
             architecture=data.get('architecture', 'unknown'), memory_total_mib=data.get('memory_total_mib', 0),
             minor_number=data.get('minor_number'))
@@ -220,6 +223,8 @@ class Gpu:
         }
         if self.placements_without_mig is not None:
             data['placements_without_mig'] = copy.deepcopy(self.placements_without_mig)
+        if self.profiles_without_mig is not None:
+            data['profiles_without_mig'] = copy.deepcopy(self.profiles_without_mig)
         return data
 
 

@@ -10,6 +10,8 @@ NVML lists a GPU's profiles only while MIG is enabled (GetGpuInstanceProfileInfo
 NOT_SUPPORTED before, nvml.h), so an entry naming a profile the GPU does not offer would only be
 found after the mode step, with the host half-changed. What can be known before:
 
+- the profiles the driver describes all the same (the NVML backend's ``profiles_without_mig``: driver
+  580.159.04 did on an H200, docs/hardware.md): the GPU's own, exactly;
 - another GPU of the same model on the host with MIG enabled: its profiles, exactly;
 - otherwise the GPU's own possible placements, which NVML answers with MIG off (the NVML backend's
   ``placements_without_mig``): they give its memory slices; with the GPU's total memory and the
@@ -133,7 +135,10 @@ def check_without_mig(gpu, match, unmatched='ignore', layout=None, host_gpus=Non
         return None
     sibling = _same_model_with_profiles(gpu, host_gpus)
     translate = False
-    if sibling is not None:
+    if gpu.profiles_without_mig:
+        profiles = gpu.profiles_without_mig
+        basis = 'the profiles the driver describes for this GPU with MIG off'
+    elif sibling is not None:
         profiles = sibling.profiles
         basis = 'the profiles NVML lists for GPU %s, the same model with MIG enabled' % sibling.index
     else:

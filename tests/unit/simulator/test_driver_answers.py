@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.mig.tests.unit.simulator.helpers import (
     create_gi,
     error_of,
     gi_info,
+    gi_placements,
     raw,
     reinit,
 )
@@ -206,3 +207,101 @@ def test_the_rtx_pro_5000_splits_in_two(sim):
     assert error_of(create_gi, handle, 0, 0) == E.NVML_ERROR_INSUFFICIENT_RESOURCES
     assert pynvml.nvmlDeviceGetMaxMigDeviceCount(handle) == 2
     assert MODELS['PG506-96GB']['mig_mode_change'] == models.PENDING_UNTIL_RESET       # GA100: Ampere
+
+
+# ---- issue 30: the 580 branch's answers on an H200, as make hw-check saw them (docs/hardware.md) ----------------------
+
+H200_580 = '580.159.04'
+EMPTY_PLACEMENT_IDS = [32, 35, 38, 47, 48, 64, 65, 66, 67, 72, 73]
+H200_580_MEMORY = {'MIG 1g.18gb': 16384, 'MIG 1g.18gb+me': 16384, 'MIG 1g.35gb': 33280, 'MIG 2g.35gb': 33280,
+                   'MIG 3g.71gb': 71424, 'MIG 4g.71gb': 71424, 'MIG 7g.141gb': 143360}
+
+
+def profile_answers(handle):
+    """{enum: profile name or NVML error code} of every enum pynvml knows."""
+    found = {}
+    for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
+        except pynvml.NVMLError as exc:
+            found[enum] = exc.value
+        else:
+            found[enum] = info.name.decode() if isinstance(info.name, bytes) else info.name
+    return found
+
+
+def placement_answers(handle):
+    """{profile id: [(start, size)]} of every id 0..95 whose possible placements answer."""
+    found = {}
+    for profile_id in range(96):
+        try:
+            found[profile_id] = gi_placements(handle, profile_id)
+        except pynvml.NVMLError as exc:
+            assert exc.value == E.NVML_ERROR_NOT_SUPPORTED, profile_id
+    return found
+
+
+@pytest.mark.parametrize('mig', [{'current': 'disabled', 'pending': 'disabled'}, ENABLED])
+def test_the_h200_on_driver_580_159_describes_its_profiles_with_mig_off_too(sim, mig):
+    sim([{'model': 'H200', 'mig': mig}], driver_version=H200_580)
+    answers = profile_answers(pynvml.nvmlDeviceGetHandleByIndex(0))
+    offered = dict((enum, name) for enum, name in answers.items() if not isinstance(name, int))
+    assert sorted(offered.values()) == sorted(H200_580_MEMORY)
+    infos = profile_infos(pynvml.nvmlDeviceGetHandleByIndex(0))
+    assert dict((name, infos[name][1]) for name in infos) == H200_580_MEMORY
+    assert [enum for enum, name in answers.items() if name == E.NVML_ERROR_NOT_SUPPORTED] == \
+        [enum for enum in range(models.ENUM_3_SLICE_GFX) if enum not in offered]
+    assert answers[models.ENUM_3_SLICE_GFX] == E.NVML_ERROR_INVALID_ARGUMENT      # an enum that driver does not know
+
+
+def test_the_default_driver_keeps_nvml_h_and_the_older_table(sim):
+    sim([{'model': 'H200'}, {'model': 'H200', 'mig': ENABLED}])        # driver 580.95.05
+    mig_off, mig_on = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in (0, 1))
+    assert set(profile_answers(mig_off).values()) == {E.NVML_ERROR_NOT_SUPPORTED}
+    assert dict((name, info[1]) for name, info in profile_infos(mig_on).items()) == dict(
+        H200_580_MEMORY, **{'MIG 1g.35gb': 33024, 'MIG 2g.35gb': 33024, 'MIG 3g.71gb': 71168, 'MIG 4g.71gb': 71168,
+                            'MIG 7g.141gb': 143104})
+    assert profile_answers(mig_on)[models.ENUM_3_SLICE_GFX] == E.NVML_ERROR_NOT_SUPPORTED
+    assert sorted(placement_answers(mig_off)) == [0, 5, 9, 14, 15, 19, 20]
+
+
+@pytest.mark.parametrize('driver, empty', [(H200_580, EMPTY_PLACEMENT_IDS), ('580.95.05', []), ('590.48.01', [])])
+def test_ids_the_h200_lacks_answer_no_placement_on_driver_580_159(sim, driver, empty):
+    sim([{'model': 'H200'}], driver_version=driver)
+    answers = placement_answers(pynvml.nvmlDeviceGetHandleByIndex(0))
+    assert sorted(i for i, found in answers.items() if not found) == empty
+    assert answers[9] == [(0, 4), (4, 4)] and answers[15] == [(0, 2), (2, 2), (4, 2), (6, 2)]
+    array = (pynvml.c_nvmlGpuInstancePlacement_t * 8)()
+    count = ctypes.c_uint(5)
+    placements = raw('nvmlDeviceGetGpuInstancePossiblePlacements_v2')
+    for profile_id in empty:
+        assert placements(pynvml.nvmlDeviceGetHandleByIndex(0), profile_id, array, ctypes.byref(count)) == E.NVML_SUCCESS
+        assert count.value == 0
+
+
+@pytest.mark.parametrize('driver, applies', [
+    ('580.159.04', True), ('580.172.08', True), ('580.159', True), ('580.95.05', False), ('580.126.09', False),
+    ('590.48.01', False), ('575.57.08', False), ('unknown', False)])
+def test_the_h200_variant_covers_580_159_to_the_end_of_the_branch(driver, applies):
+    variant = models.for_driver('H200', driver)
+    assert (variant is not MODELS['H200']) is applies
+    assert variant['profile_info_without_mig'] is applies
+    assert (variant['empty_placement_ids'] == tuple(EMPTY_PLACEMENT_IDS)) is applies
+
+
+def test_the_h200_580_memory_gives_the_same_names_by_nvidias_rule():
+    variant = models.for_driver('H200', H200_580)
+    for profile in variant['profiles']:
+        gb = int(models.PROFILE_NAME.match(profile['name']).group('gb'))
+        assert models.name_rule_gb(profile['memory_mib'], variant['memory_total_mib']) == gb, profile['name']
+
+
+def test_a_driver_variant_with_unknown_answers_or_no_placement_for_an_offered_id_is_refused():
+    broken = dict(MODELS['H200'], driver_variants=(((580, 159), 580, {}, {'profile_info_with_mig_off': True}),))
+    assert models._variant_problems(broken) == ["H200: driver variant R580.159-R580 sets unknown answers ['profile_info_with_mig_off']"]
+    offered = dict(MODELS['H200'], key='H200-TEST', driver_variants=((580, None, {}, {'empty_placement_ids': (9, 32)}),))
+    models.MODELS['H200-TEST'] = offered
+    try:
+        assert models._variant_problems(offered) == ['H200-TEST: driver variant R580-Rnow answers no placement for the offered ids [9]']
+    finally:
+        del models.MODELS['H200-TEST']

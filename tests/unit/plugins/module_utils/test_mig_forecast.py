@@ -143,3 +143,72 @@ def test_keys_of_one_plain_profile_add_up_on_the_forecast(simulated_host):
     assert decide(read_host(), request({'1g.20gb': 2, '1g.19gb': 2})).gpus[0].deferred
     assert decide(read_host(), request({'1g.20gb': 'max', '1g.19gb': 1})).gpus[0].deferred
     assert mutating_calls(host) == []
+
+
+# ---- issue 30: a driver that describes the profiles with MIG off is checked against them, not a forecast -------------
+
+DRIVER_DESCRIBES = '580.159.04'     # the H200's driver in docs/hardware.md, "Seen on real hardware"
+OWN_PROFILES = 'the profiles the driver describes for this GPU with MIG off'
+
+
+@pytest.mark.parametrize('driver, described', [(DRIVER_DESCRIBES, True), ('580.95.05', False)])
+def test_the_backend_reads_the_profiles_a_driver_describes_with_mig_off(simulated_host, driver, described):
+    simulated_host([{'model': 'H200'}, {'model': 'H200', 'mig': dict(ENABLED)}], driver_version=driver)
+    off, on = read_host().gpus
+    assert on.profiles_without_mig is None
+    if not described:
+        assert off.profiles_without_mig is None and 'profiles_without_mig' not in off.as_dict()
+        return
+    own = dict((p['name'], p) for p in off.profiles_without_mig)
+    assert sorted(own) == sorted(p['name'] for p in on.profiles)
+    assert (own['2g.35gb']['memory_mib'], own['7g.141gb']['memory_mib'], own['1g.18gb+me']['max_count']) == (33280, 143360, 1)
+    assert own['1g.35gb']['placements'] == [{'start': s, 'size': 2} for s in (0, 2, 4, 6)]
+    assert own['3g.71gb']['compute_profiles_source'] == 'derived'
+    assert not off.profiles_known and off.profiles == []        # the GPU's profiles stay those of MIG on
+    assert Gpu.from_dict(off.as_dict()) == off
+
+
+@pytest.mark.parametrize('driver', [DRIVER_DESCRIBES, '580.95.05'])
+def test_a_mig_off_gpu_is_checked_against_the_drivers_own_profiles_where_it_describes_them(simulated_host, driver):
+    host = simulated_host([{'model': 'H200'}], driver_version=driver)
+    gpu = decide(read_host(), request({'1g.18gb+me': 1, '2g.35gb': 1, '3g.71gb': 1})).gpus[0]
+    assert gpu.deferred
+    if driver == DRIVER_DESCRIBES:
+        assert gpu.checked_with == OWN_PROFILES
+    else:
+        assert gpu.checked_with.startswith('a forecast, as MIG is off')
+    assert mutating_calls(host) == []
+
+
+@pytest.mark.parametrize('mig_devices, refusal', [
+    ({'1g.18gb+me': 2}, PlanningError),         # one +me per GPU: the forecast checks it as the plain 1g
+    ({'2g.34gb': 1}, LayoutConfigError),        # within 1 GB of the forecast's 2g.35gb, but not a profile the driver has
+])
+def test_what_the_forecast_lets_pass_the_drivers_own_profiles_refuse(simulated_host, mig_devices, refusal):
+    host = simulated_host([{'model': 'H200'}], driver_version='580.95.05')
+    assert decide(read_host(), request(mig_devices)).gpus[0].deferred
+    host = simulated_host([{'model': 'H200'}], driver_version=DRIVER_DESCRIBES)
+    with pytest.raises(refusal) as error:
+        decide(read_host(), request(mig_devices))
+    assert str(error.value).endswith('(checked before any change against %s)' % OWN_PROFILES), str(error.value)
+    assert mutating_calls(host) == []
+
+
+def test_a_driver_that_fails_the_profile_call_with_mig_off_falls_back_to_the_forecast(simulated_host):
+    host = simulated_host([{'model': 'H200'}], driver_version=DRIVER_DESCRIBES,
+                          faults=[{'call': 'nvmlDeviceGetGpuInstanceProfileInfoV', 'gpu': 0, 'error': 'NVML_ERROR_UNKNOWN'}])
+    gpu = read_host().gpus[0]
+    assert gpu.profiles_without_mig is None and gpu.placements_without_mig
+    assert check_without_mig(gpu, {'mig_enabled': True, 'mig_devices': {'2g.35gb': 1}, 'pending': False, 'candidates': [],
+                                   'entries': [0], 'index': 0}).startswith('a forecast')
+    assert mutating_calls(host) == []
+
+
+def test_the_drivers_own_profiles_come_before_another_gpu_of_the_same_model():
+    own = forecast_profiles(8, 143771)
+    sibling = Gpu.from_dict({'index': 1, 'pci_device_id': '0x233510DE', 'mig_mode': ENABLED, 'profiles': own})
+    gpu = Gpu.from_dict({'index': 0, 'pci_device_id': '0x233510DE', 'memory_total_mib': 143771, 'profiles_without_mig': own,
+                         'placements_without_mig': [{'profile_id': 0, 'placements': [{'start': 0, 'size': 8}]}]})
+    match = {'mig_enabled': True, 'mig_devices': {'7g.141gb': 1}, 'pending': False, 'candidates': [], 'entries': [0], 'index': 0}
+    assert check_without_mig(gpu, match, host_gpus=[gpu, sibling]) == OWN_PROFILES
+    assert 'GPU 1, the same model' in check_without_mig(replace(gpu, profiles_without_mig=None), match, host_gpus=[gpu, sibling])

@@ -318,3 +318,31 @@ def test_the_rtx_pro_5000_has_two_memory_slices(simulated_host, run_module, host
     facts, failed = run_module(nvidia_mig_facts.main, {})
     gpu = facts['ansible_facts']['nvidia_mig']['gpus'][0]
     assert gpu['free_slices'] == 2 - sum(2 if name.startswith('2g') else 1 for name, dummy in expected)
+
+
+# ---- issue 30: an H200 with MIG off, on a driver that describes its profiles then and on one that does not -----------
+
+@pytest.mark.parametrize('driver, basis', [('580.159.04', 'the profiles the driver describes for this GPU with MIG off'),
+                                           ('580.95.05', 'a forecast, as MIG is off')])
+def test_the_layout_module_checks_a_mig_off_h200_before_any_change(simulated_host, run_module, host_paths, driver, basis):
+    host = simulated_host([{'model': 'H200'}, {'model': 'H200'}], driver_version=driver)
+    layout = one({'1g.18gb+me': 1, '2g.35gb': 1, '3g.71gb': 1})
+    planned, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, layout), check_mode=True)
+    assert not failed and [g['checked_with'].startswith(basis) for g in planned['gpus']] == [True, True], planned
+    assert mutating_calls(host) == []
+    result, failed = apply_layout(run_module, host_paths, layout)
+    assert not failed and result['in_layout'], result
+    assert [sorted(name for name, dummy in profiles_on(host, gpu)) for gpu in (0, 1)] == [['1g.18gb+me', '2g.35gb', '3g.71gb']] * 2
+
+
+@pytest.mark.parametrize('driver, refused', [('580.159.04', True), ('580.95.05', False)])
+def test_two_media_extended_instances_are_refused_before_the_mode_step_where_the_driver_says_so(
+        simulated_host, run_module, host_paths, driver, refused):
+    host = simulated_host([{'model': 'H200'}], driver_version=driver)
+    result, failed = apply_layout(run_module, host_paths, one({'1g.18gb+me': 2}))
+    assert failed
+    if refused:     # the driver's own profiles: one +me instance per GPU, known with MIG off
+        assert 'the profiles the driver describes for this GPU with MIG off' in result['msg'], result['msg']
+        assert mutating_calls(host) == []
+    else:           # the forecast checks it as the plain 1g: found only after MIG was enabled
+        assert [c['call'] for c in mutating_calls(host)][:1] == ['nvmlDeviceSetMigMode']
