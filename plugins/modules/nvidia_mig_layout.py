@@ -373,7 +373,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_install, _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply, resolve_failure
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
@@ -560,6 +560,9 @@ def main_body(module):
             raise
         if done:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
+        elif before.in_layout and not module.check_mode:
+            # A no-op run (the role's decision on a host in the layout included) is a success too.
+            resolve_failure(paths.config_dir, request.name, 'ansible')
         # The declared layout (and the boot unit that names it) becomes this one only once the host
         # holds it or the apply brought it there (a mode pending a reboot included): after a decision
         # alone, or a refused change, a reboot still applies the previous one.

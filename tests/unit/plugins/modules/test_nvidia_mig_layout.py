@@ -853,3 +853,71 @@ def test_a_decision_that_passes_then_a_failed_apply_keeps_the_declared_layout(si
     applied, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
     assert failed and 'NVML_ERROR_UNKNOWN' in applied['msg']
     assert boot_state(host_paths) == declared
+
+
+# ---- the failure record: the next success resolves it ------------------------------------------
+
+def last_apply(host_paths):
+    return json.loads(read(os.path.join(host_paths['config_dir'], 'last_apply.json')))
+
+
+def last_apply_metric(host_paths):
+    metrics = read(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom'))
+    return re.findall(r'(?m)^gpufleet_mig_layout_last_apply_success\{(.*)\} (\d)$', metrics)
+
+
+HELD_NIGHT = [{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+    {'profile': '3g.40gb', 'start': s, 'compute_instances': [{'profile': '3g.40gb', 'start': 0}]} for s in (0, 4)]}]
+
+
+@pytest.mark.parametrize('apply', [True, False], ids=['no-op apply', 'no-op decision'])
+def test_a_no_op_run_after_a_refused_apply_resolves_the_failure_record_and_metric(simulated_host, run_module, host_paths, apply):
+    """Refused (a busy instance in the way of daytime), then the host's own layout again: nothing to do, and the
+    record and gpufleet_mig_layout_last_apply_success say success (MigLayoutApplyFailed resolves). The role's
+    no-op run is the decision alone (apply: false), so that resolves it too."""
+    busy = json.loads(json.dumps(HELD_NIGHT))
+    busy[0]['gpu_instances'][0]['compute_instances'][0]['pids'] = [77]
+    host = simulated_host(busy)
+    refused, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY))
+    assert failed and '[77]' in refused['msg']
+    assert last_apply(host_paths)['result'] == 'failed'
+    assert last_apply_metric(host_paths) == [('layout="daytime",source="ansible"', '0')]
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=apply))
+    assert not failed and result['in_layout'] and result['actions'] == [], result
+    assert last_apply(host_paths) == dict(last_apply(host_paths), result='success', layout='nighttime', source='ansible')
+    assert last_apply_metric(host_paths) == [('layout="nighttime",source="ansible"', '1')]
+    assert mutating_calls(host) == []
+
+
+def test_a_no_op_run_after_a_success_rewrites_no_record_and_check_mode_none(simulated_host, run_module, host_paths):
+    simulated_host(HELD_NIGHT)
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, apply=False))
+    assert not failed and not result['in_layout']
+    # A decision of another layout is no success: nothing recorded.
+    assert not os.path.exists(os.path.join(host_paths['config_dir'], 'last_apply.json'))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT), check_mode=True)
+    assert not failed and result['in_layout']
+    assert not os.path.exists(os.path.join(host_paths['config_dir'], 'last_apply.json'))
+    run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
+    record = last_apply(host_paths)
+    assert record['result'] == 'success'
+    path = os.path.join(host_paths['config_dir'], 'last_apply.json')
+    os.utime(path, (1, 1))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=False))
+    assert not failed and result['in_layout'] and os.stat(path).st_mtime == 1
+
+
+def test_a_failure_recorded_by_the_role_is_resolved_by_its_next_no_op_decision(simulated_host, run_module, host_paths):
+    """The role's rescue records a failure outside the module (nvidia_mig_layout_failure); its next run on a host in
+    the layout is only the decision (apply: false), which resolves it."""
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout_failure
+    simulated_host(HELD_NIGHT)
+    result, failed = run_module(nvidia_mig_layout_failure.main, {
+        'name': 'nighttime', 'config': NIGHT, 'reason': 'eviction refused', 'config_dir': host_paths['config_dir'],
+        'metrics_dir': host_paths['metrics_dir']})
+    assert not failed, result
+    assert last_apply_metric(host_paths) == [('layout="nighttime",source="ansible"', '0')]
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=False))
+    assert not failed and result['in_layout']
+    assert last_apply(host_paths)['result'] == 'success'
+    assert last_apply_metric(host_paths) == [('layout="nighttime",source="ansible"', '1')]
