@@ -129,6 +129,35 @@ def test_unmatched_gpu_is_left_alone_or_fails_when_asked(simulated_host, run_mod
     assert len(host.calls()) == calls
 
 
+NOWHERE = {'nowhere': [{'devices': 'all', 'device-filter': ['0xDEADBEEF'], 'mig-enabled': True, 'mig-devices': {'1g': 1}},
+                       {'devices': [7], 'mig-enabled': False}]}
+
+
+@pytest.mark.parametrize('args, check_mode', [
+    ({}, False), ({'apply': False}, False), ({}, True)], ids=['apply', 'decision', 'check mode'])
+def test_a_layout_matching_none_of_the_hosts_gpus_is_refused_before_any_change(
+        simulated_host, run_module, host_paths, args, check_mode):
+    """Declared there it would apply nowhere: refused in one line naming the GPU models and the device-filters,
+    nothing declared (no layout.json) and no GPU changed, though unmatched is ignore (its default)."""
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'A100-SXM4-80GB'}, {'model': 'H100-SXM5-80GB'}, {'model': 'L40S'}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NOWHERE, **args), check_mode=check_mode)
+    assert failed and result['msg'] == (
+        'layout nowhere matches none of the MIG-capable GPUs of this host (NVIDIA A100-SXM4-80GB 0x20B210DE x2, '
+        'NVIDIA H100 80GB HBM3 0x233010DE; device-filters: entry 0 0xDEADBEEF, entry 1 any devices 7): nothing was '
+        'declared or changed; add an entry for these GPUs or give this host another layout'), result['msg']
+    assert '\n' not in result['msg']
+    assert mutating_calls(host) == [] and not os.path.exists(os.path.join(host_paths['config_dir'], 'layout.json'))
+    # An apply refused so is recorded as failed (for the metrics), as every refused apply; a decision records nothing.
+    recorded = os.path.exists(os.path.join(host_paths['config_dir'], 'last_apply.json'))
+    assert recorded == (args.get('apply', True) and not check_mode)
+
+
+def test_a_host_without_mig_capable_gpus_is_not_refused_and_a_partial_match_is_not_either(simulated_host, run_module, host_paths):
+    simulated_host([{'model': 'L40S'}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NOWHERE, apply=False))
+    assert not failed and result['gpus'] == [] and result['unmatched_gpus'] == [], result
+
+
 def test_disabling_mig_destroys_idle_instances_first(simulated_host, run_module, host_paths):
     host = simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
         {'profile': '3g.40gb', 'start': 0, 'compute_instances': [{'profile': '3g.40gb', 'start': 0}]}]}])
@@ -921,3 +950,110 @@ def test_a_failure_recorded_by_the_role_is_resolved_by_its_next_no_op_decision(s
     assert not failed and result['in_layout']
     assert last_apply(host_paths)['result'] == 'success'
     assert last_apply_metric(host_paths) == [('layout="nighttime",source="ansible"', '1')]
+
+
+# ---- with and without systemd (the option unset: detected) ----------------------------------------
+
+FAKE_SYSTEMCTL = '''#!/bin/sh
+echo "$*" >> "%(log)s"
+case "$1" in is-active|is-enabled) exit 3;; esac
+exit 0
+'''
+
+
+@pytest.fixture
+def host_path(tmp_path, monkeypatch):
+    """PATH of a host: an empty folder (no systemctl), or with ``add_systemctl()`` a systemctl that logs its calls;
+    ``systemd_booted()`` makes the canary folder that systemd's sd_booted() checks exist (injected, not /run)."""
+    from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_files
+    folder = tmp_path / 'bin'
+    folder.mkdir()
+    log = tmp_path / 'systemctl.log'
+    monkeypatch.setenv('PATH', str(folder))
+    monkeypatch.setattr(_host_files, 'SYSTEMD_CANARIES', (str(tmp_path / 'run' / 'systemd' / 'system') + '/',))
+    monkeypatch.setattr(_host_files, 'PID1_COMM', str(tmp_path / 'proc-1-comm'))
+
+    class HostPath(object):
+        @staticmethod
+        def add_systemctl():
+            script = folder / 'systemctl'
+            script.write_text(FAKE_SYSTEMCTL % {'log': log})
+            script.chmod(0o755)
+
+        @staticmethod
+        def systemd_booted():
+            (tmp_path / 'run' / 'systemd' / 'system').mkdir(parents=True)
+
+        @staticmethod
+        def pid1(name):
+            (tmp_path / 'proc-1-comm').write_text(name + '\n')
+
+        @staticmethod
+        def calls():
+            return log.read_text().splitlines() if log.exists() else []
+    return HostPath()
+
+
+def unset_systemd(host_paths, config, **extra):
+    args = layout_args(host_paths, config, **extra)
+    del args['systemd']
+    return args
+
+
+@pytest.mark.parametrize('args, check_mode', [({'apply': False}, False), ({}, True), ({}, False)],
+                         ids=['decision', 'check mode', 'apply'])
+def test_a_host_without_systemctl_decides_checks_and_applies_without_systemd(
+        simulated_host, run_module, host_paths, host_path, args, check_mode):
+    """A container host (the real H200 host was one): no systemctl on PATH and the option unset. Nothing needs
+    systemctl; the unit files are still written by an apply."""
+    simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}])
+    result, failed = run_module(nvidia_mig_layout.main, unset_systemd(host_paths, NIGHT, **args), check_mode=check_mode)
+    assert not failed, result
+    assert result['systemd'] is False
+    assert result['in_layout'] is (not check_mode and args.get('apply', True))
+
+
+def test_systemctl_without_systemd_running_is_no_systemd_host(simulated_host, run_module, host_paths, host_path):
+    """systemctl installed (as in many containers) but systemd not managing the host: detected as no systemd."""
+    simulated_host([{'model': 'H100-SXM5-80GB'}])
+    host_path.add_systemctl()
+    result, failed = run_module(nvidia_mig_layout.main, unset_systemd(host_paths, NIGHT))
+    assert not failed and result['systemd'] is False and host_path.calls() == []
+
+
+@pytest.mark.parametrize('booted', ['canary', 'pid1'])
+def test_a_systemd_host_is_detected_and_its_units_enabled(simulated_host, run_module, host_paths, host_path, booted):
+    simulated_host([{'model': 'H100-SXM5-80GB'}])
+    host_path.add_systemctl()
+    if booted == 'canary':
+        host_path.systemd_booted()
+    else:
+        host_path.pid1('systemd')
+    result, failed = run_module(nvidia_mig_layout.main, unset_systemd(host_paths, NIGHT))
+    assert not failed and result['systemd'] is True, result
+    calls = host_path.calls()
+    assert 'is-enabled --quiet nvidia-mig-manager.service' in calls and 'enable gpufleet-mig-layout.service' in calls
+    assert 'enable --now gpufleet-mig-metrics.timer' in calls
+
+
+def test_an_init_that_is_not_systemd_is_no_systemd_host(simulated_host, run_module, host_paths, host_path):
+    simulated_host([{'model': 'H100-SXM5-80GB'}])
+    host_path.add_systemctl()
+    host_path.pid1('tini')
+    result, failed = run_module(nvidia_mig_layout.main, unset_systemd(host_paths, NIGHT))
+    assert not failed and result['systemd'] is False and host_path.calls() == []
+
+
+def test_systemd_true_without_systemctl_fails_an_apply_in_one_line_but_not_a_decision_or_check_mode(
+        simulated_host, run_module, host_paths, host_path):
+    host = simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}])
+    forced = layout_args(host_paths, NIGHT, systemd=True)
+    result, failed = run_module(nvidia_mig_layout.main, forced)
+    assert failed and result['msg'] == (
+        "systemd=true but systemctl is not on this host's PATH: an apply stops the GPU clients and enables the boot "
+        "unit with it; on a host without systemd set systemd=false (the mig_layout role: mig_layout_systemd: false), "
+        "or leave it unset to detect systemd")
+    assert mutating_calls(host) == [] and not os.path.exists(host_paths['config_dir'])
+    for args, check_mode in ((dict(forced, apply=False), False), (forced, True)):
+        result, failed = run_module(nvidia_mig_layout.main, args, check_mode=check_mode)
+        assert not failed and not result['in_layout'] and result['systemd'] is True, result
