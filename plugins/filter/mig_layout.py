@@ -87,7 +87,12 @@ def mig_layout_validate(configs, name=None, document=False, source=None):
 def mig_layout_catalog(configs, name=None, document=False, source=None, gpus=None):
     """As mig_layout_validate, without raising: {'configs': the validated configs or None, 'error': one line or None,
     'matches': whether layout ``name`` may match one of the host's known ``gpus`` (None when they are unknown),
-    'models': those GPUs' models, 'device_filters': the layout's device-filters (for the pre-flight's line)}."""
+    'models': those GPUs' models, 'device_filters': the layout's device-filters (for the pre-flight's line)}.
+    ``configs`` None is a file the lookup could not read (``errors='ignore'``): one line naming ``source``."""
+    if configs is None:
+        return {'name': name, 'configs': None, 'matches': None, 'error': (
+            'the MIG layout catalog %s cannot be read on the controller (no such file, or not readable); '
+            'mig_layout_config_file is a path on the controller, absolute or relative to the playbook' % (source or ''))}
     try:
         validated = _checked(configs, name, document, source)
     except LayoutConfigError as exc:

@@ -169,6 +169,10 @@ def test_check_mode_goes_on_past_a_spent_budget(ansible_env, daytime_fleet):
     ({'mig_layout_config_file': 'BAD_YAML'},
      "BAD_YAML line 6, column 6: not valid YAML: expected <block end>, but found '<block mapping start>' "
      "[every host of the play]"),
+    ({'mig_layout_config_file': 'site/no-such-catalog.yml'},
+     'the MIG layout catalog site/no-such-catalog.yml cannot be read on the controller (no such file, or not '
+     'readable); mig_layout_config_file is a path on the controller, absolute or relative to the playbook '
+     '[every host of the play]'),
 ])
 def test_preflight_refuses_bad_input_with_one_line_before_any_host_is_touched(ansible_env, tmp_path, extravars, message):
     bad_yaml = tmp_path / 'site-layouts.yaml'

@@ -201,3 +201,14 @@ def test_preflight_refuses_a_layout_no_known_gpu_of_any_host_matches():
     assert FILTERS['mig_layout_preflight']([nowhere, somewhere], ['a', 'b']) == ''
     # A host whose GPUs are not known yet may match: no refusal.
     assert FILTERS['mig_layout_preflight']([nowhere, unknown], ['a', 'b']) == ''
+
+
+def test_a_catalog_file_the_lookup_could_not_read_is_one_line_told_once_for_every_host():
+    """validate.yml reads the file with errors='ignore': the lookup gives None, and the pre-flight tells it once."""
+    checked = FILTERS['mig_layout_catalog'](None, 'nighttime', True, 'site/missing.yml')
+    assert checked['configs'] is None and checked['matches'] is None
+    assert checked['error'] == (
+        'the MIG layout catalog site/missing.yml cannot be read on the controller (no such file, or not readable); '
+        'mig_layout_config_file is a path on the controller, absolute or relative to the playbook')
+    assert FILTERS['mig_layout_preflight']([checked] * 3, ['a', 'b', 'c']) == (
+        'Nothing was changed: %s [every host of the play]' % checked['error'])

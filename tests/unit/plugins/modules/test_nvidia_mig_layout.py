@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from ansible.module_utils import basic
 
@@ -622,6 +623,27 @@ def test_facts_say_whether_each_gpu_holds_the_declared_layout(simulated_host, ru
     simulator.simulate_reboot(host.path)
     facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': layout_file})
     assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [False, None, None]
+
+
+def test_bare_facts_read_the_layout_nvidia_mig_layout_declared_where_it_keeps_it_by_default(
+        simulated_host, run_module, host_paths, monkeypatch):
+    """The README's bare nvidia_mig_facts call answers whether each GPU holds the declared layout: its layout_file
+    defaults to nvidia_mig_layout's <config_dir>/layout.json (moved under tmp here, as the module's constant)."""
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    assert nvidia_mig_facts.DEFAULT_LAYOUT_FILE == os.path.join(
+        yaml.safe_load(nvidia_mig_layout.DOCUMENTATION)['options']['config_dir']['default'], 'layout.json')
+    assert yaml.safe_load(nvidia_mig_facts.DOCUMENTATION)['options']['layout_file']['default'] == nvidia_mig_facts.DEFAULT_LAYOUT_FILE
+    simulated_host(HELD_NIGHT)
+    monkeypatch.setattr(nvidia_mig_facts, 'DEFAULT_LAYOUT_FILE', os.path.join(host_paths['config_dir'], 'layout.json'))
+    facts, failed = run_module(nvidia_mig_facts.main, {})
+    assert not failed and facts['ansible_facts']['nvidia_mig']['layout'] is None, facts
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
+    assert not failed and result['in_layout'], result
+    facts, failed = run_module(nvidia_mig_facts.main, {})
+    assert facts['ansible_facts']['nvidia_mig']['layout'] == 'nighttime'
+    assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [True]
+    facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': ''})
+    assert facts['ansible_facts']['nvidia_mig']['layout'] is None
 
 
 def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_processes(
