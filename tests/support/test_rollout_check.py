@@ -12,6 +12,7 @@ __metaclass__ = type
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -239,4 +240,24 @@ def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_flee
     assert refused.returncode == 2 and message in refused.stdout, refused.stdout[-3000:]
     assert PREFLIGHT_READ not in refused.stdout, refused.stdout[-3000:]
     assert 'PLAY [Roll out the MIG layout]' not in refused.stdout
+    assert host_files(daytime_fleet) == before
+
+
+def test_a_dry_run_and_the_report_with_systemd_unset_never_need_systemctl(ansible_env, daytime_fleet, tmp_path):
+    """mig_layout_systemd unset (null, the role's default): each host's module detects systemd itself; a dry run and
+    the report plan without calling systemctl whatever the machine (a container has systemctl and no systemd)."""
+    before = host_files(daytime_fleet)
+    with open('/proc/1/comm') as handle:
+        booted = os.path.exists('/run/systemd/system/') or handle.read().strip() == 'systemd'
+    run = fleet_run(daytime_fleet, args=['--check', '-e', '{"mig_layout_systemd": null}'], mig_layout_name='nighttime',
+                    mig_layout_serial='100%', mig_layout_max_fail_percentage=100)
+    assert host_files(daytime_fleet) == before
+    assert sorted(run.task_results(DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert run.failed == ['sim-a100-01'] and 'systemctl' not in run.describe(), run.describe()
+    decided = [e['event_data']['res'] for e in run.events
+               if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == DECISION_TASK]
+    assert len(decided) == 5 and set(res['systemd'] for res in decided) == {booted and bool(shutil.which('systemctl'))}
+    report = fleet_run(daytime_fleet, 'playbooks/mig_report.yml', mig_report_layout='nighttime',
+                       mig_report_map_path=str(tmp_path / 'map.html'))
+    assert 'systemctl' not in report.describe() and os.path.exists(str(tmp_path / 'map.html')), report.describe()
     assert host_files(daytime_fleet) == before
