@@ -62,7 +62,7 @@ def write_fleet(directory, hosts):
         'gpufleet_sim_host_dir': '%s/{{ inventory_hostname }}' % state,
         'gpufleet_sim_state_file': '{{ gpufleet_sim_host_dir }}/gpus.json',
         'mig_layout_install_dependencies': False,
-        'mig_layout_manage_systemd': False,
+        'mig_layout_systemd': False,
         'mig_layout_python': sys.executable,
         'mig_layout_environment': simulated_environment('{{ gpufleet_sim_state_file }}'),
         'mig_layout_systemd_dir': '{{ gpufleet_sim_host_dir }}/etc/systemd/system',

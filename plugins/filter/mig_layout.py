@@ -16,6 +16,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.six import string_types
+from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gpu_pods import gpu_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
@@ -26,7 +27,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_cata
     validate_configs,
     validate_document,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import known_gpus, may_match_any
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import (
+    device_filters_text,
+    known_gpus,
+    may_match_any,
+)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_plan import (
     RolloutSettingsError,
     fleet_plan,
@@ -81,15 +86,22 @@ def mig_layout_validate(configs, name=None, document=False, source=None):
 
 def mig_layout_catalog(configs, name=None, document=False, source=None, gpus=None):
     """As mig_layout_validate, without raising: {'configs': the validated configs or None, 'error': one line or None,
-    'matches': whether layout ``name`` may match one of the host's known ``gpus`` (None when they are unknown)}."""
+    'matches': whether layout ``name`` may match one of the host's known ``gpus`` (None when they are unknown),
+    'models': those GPUs' models, 'device_filters': the layout's device-filters (for the pre-flight's line)}.
+    ``configs`` None is a file the lookup could not read (``errors='ignore'``): one line naming ``source``."""
+    if configs is None:
+        return {'name': name, 'configs': None, 'matches': None, 'error': (
+            'the MIG layout catalog %s cannot be read on the controller (no such file, or not readable); '
+            'mig_layout_config_file is a path on the controller, absolute or relative to the playbook' % (source or ''))}
     try:
         validated = _checked(configs, name, document, source)
     except LayoutConfigError as exc:
         return {'name': name, 'configs': None, 'error': str(exc), 'matches': None}
-    matches = None
+    checked = {'name': name, 'configs': validated, 'error': None, 'matches': None}
     if name is not None and gpus is not None:
-        matches = may_match_any(validated[name], gpus)
-    return {'name': name, 'configs': validated, 'error': None, 'matches': matches}
+        checked.update(matches=may_match_any(validated[name], gpus), device_filters=device_filters_text(validated[name]),
+                       models=sorted(set(' '.join(str(p) for p in (g.get('name'), g.get('pci_device_id')) if p) for g in gpus)))
+    return checked
 
 
 def mig_layout_host_gpus(decision):
@@ -117,14 +129,46 @@ def mig_layout_preflight(checks, hosts):
         who = 'every host of the play' if len(concerned) == len(hosts) and len(hosts) > 1 else ', '.join(concerned)
         parts.append('%s [%s]' % (error, who))
     # A layout that matches no GPU anywhere would be declared on every host and apply nowhere; only when every
-    # host's GPUs are known (its last decision, a cached fact) is that sure.
+    # host's GPUs are known (its last decision, a cached fact, or the pre-flight's read of the nvidia_mig facts) is
+    # that sure.
     checks = [check or {} for check in checks]
     if not parts and hosts and all(check.get('matches') is False for check in checks):
         names = sorted(set(str(check.get('name')) for check in checks if check.get('name')))
-        parts.append('layout %s matches no GPU of any host of the play (their GPUs as their last run reported them): '
+        models = sorted(set(model for check in checks for model in check.get('models') or []))
+        filters = sorted(set(check['device_filters'] for check in checks if check.get('device_filters')))
+        parts.append('layout %s (device-filters: %s) matches no GPU of any host of the play (their MIG-capable GPUs: %s): '
                      'it would be declared everywhere and applied nowhere; check its device-filter, devices and %s'
-                     % (', '.join(names) or '', MEMORY_SLICES_KEY))
+                     % (', '.join(names) or '', ' | '.join(filters) or 'unknown', ', '.join(models) or 'none', MEMORY_SLICES_KEY))
     return ('Nothing was changed: ' + ' | '.join(parts)) if parts else ''
+
+
+# Role variables renamed after the module options they feed (old name: new name). The old ones shipped in 0.2.0;
+# each is still honoured, with a deprecation warning, until 1.0.0.
+RENAMED_VARIABLES = {
+    'mig_layout_allow_gpu_reset': 'mig_layout_allow_reset',
+    'mig_layout_manage_systemd': 'mig_layout_systemd',
+    'mig_layout_other_owner_services': 'mig_layout_other_owner_units',
+}
+RENAMED_REMOVED_IN = '1.0.0'
+
+
+def renamed_variable_warning(old_name):
+    """The deprecation message for a renamed role variable that is still set."""
+    if old_name not in RENAMED_VARIABLES:
+        raise AnsibleFilterError('%s is not a renamed variable of the mig_layout role (renamed: %s)'
+                                 % (old_name, ', '.join(sorted(RENAMED_VARIABLES))))
+    return ('the mig_layout role variable %s is deprecated: it is now %s, the name of the module option it feeds; '
+            'its value is used' % (old_name, RENAMED_VARIABLES[old_name]))
+
+
+def mig_layout_renamed(value, old_name, old_value=None):
+    """``value`` (the variable under its new name), unless the renamed ``old_name`` is set (``old_value`` not None):
+    then ``old_value``, with a deprecation warning (shown once per run, as every deprecation)."""
+    message = renamed_variable_warning(old_name)
+    if old_value is None:
+        return value
+    Display().deprecated(message, version=RENAMED_REMOVED_IN, collection_name='gpufleet.mig')
+    return old_value
 
 
 def mig_layout_rollout_settings(serial=1, max_fail_percentage=0):
@@ -192,4 +236,5 @@ class FilterModule(object):
             'mig_layout_fleet_plan': mig_layout_fleet_plan,
             'mig_layout_instances': mig_layout_instances,
             'mig_layout_host_gpus': mig_layout_host_gpus,
+            'mig_layout_renamed': mig_layout_renamed,
         }

@@ -26,11 +26,12 @@ options:
     default: [all]
   layout_file:
     description:
-      - The declared layout that P(gpufleet.mig.nvidia_mig_layout#module) keeps on the host (C(<config_dir>/layout.json)).
+      - The declared layout that P(gpufleet.mig.nvidia_mig_layout#module) keeps on the host (C(<config_dir>/layout.json)),
+        by default where that module keeps it with its default O(gpufleet.mig.nvidia_mig_layout#module:config_dir).
         When it exists, the facts say whether each GPU holds it (RV(ansible_facts.nvidia_mig.gpus[].in_layout)).
-      - Empty, or a file that does not exist, means no declared layout.
+      - A file that does not exist (a host no layout was declared on) means no declared layout; empty reads none.
     type: path
-    default: ''
+    default: /etc/gpufleet-mig/layout.json
   kubelet_allocatable:
     description:
       - Also read the kubelet's C(GetAllocatableResources) over O(pod_resources_socket), the device ids the device
@@ -54,7 +55,7 @@ author:
 '''
 
 EXAMPLES = r'''
-- name: Read MIG facts of every GPU
+- name: Read MIG facts of every GPU, and whether each holds the layout declared on the host
   gpufleet.mig.nvidia_mig_facts:
 
 - name: Read only the A100-80GB GPUs
@@ -277,6 +278,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometr
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations
 
 
+# Where nvidia_mig_layout keeps the declared layout with its default config_dir.
+DEFAULT_LAYOUT_FILE = '/etc/gpufleet-mig/layout.json'
+
+
 def gpu_facts(gpu, holders=NOBODY):
     """The facts of one GPU (_host_model.Gpu), as plain data. ``holders``: the pods that hold this GPU, on the
     whole GPU and per instance (_host_model.GpuHolders)."""
@@ -348,7 +353,7 @@ def main_body(module):
 
 
 def main():
-    argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']), layout_file=dict(type='path', default=''),
+    argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']), layout_file=dict(type='path', default=DEFAULT_LAYOUT_FILE),
                          kubelet_allocatable=dict(type='bool', default=False))
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)

@@ -58,7 +58,10 @@ options:
     type: bool
     default: true
   allow_reset:
-    description: Reset an idle GPU whose MIG mode change stays pending (also at boot).
+    description:
+      - Reset an idle GPU whose MIG mode change stays pending (also at boot). The same option, with the same default,
+        as O(gpufleet.mig.nvidia_mig_mode#module:allow_reset) (which says why V(true)) and the role's
+        C(mig_layout_allow_reset).
     type: bool
     default: true
   unmatched:
@@ -91,8 +94,11 @@ options:
     description:
       - The host runs systemd. V(false) skips every systemctl call (enabling units, GPU clients, the owner check);
         the unit files are still written.
+      - Unset, it is detected as Ansible's C(ansible_service_mgr) fact does it, C(systemctl) on C(PATH) and
+        C(/run/systemd/system/) present or C(systemd) as PID 1 (containers, the GPU operator's way, have neither).
+      - A decision (O(apply=false)) and check mode never need C(systemctl); an apply with V(true) on a host without it
+        fails before any change, naming this option.
     type: bool
-    default: true
   boot_persistence:
     description: Install and enable the systemd unit that re-applies the declared layout at boot.
     type: bool
@@ -313,6 +319,10 @@ gpu_states:
   returned: failure of an apply
   type: list
   elements: dict
+systemd:
+  description: Whether this run took the host for a systemd host (O(systemd), or detected when it is unset).
+  returned: always
+  type: bool
 clients_stopped:
   description: GPU client services stopped during the change and started again.
   returned: always
@@ -374,7 +384,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_install, _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply, resolve_failure
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
@@ -395,23 +405,35 @@ class SystemctlError(ModuleFailure):
 class Systemd(object):
     """The few systemctl calls the module makes, as argument lists; a no-op where systemd does not run.
 
+    ``wanted``: the systemd option; None detects it (systemctl on PATH and systemd managing the host,
+    _host_files.systemd_runs). Reads (a unit active or enabled) are skipped where systemctl is missing,
+    so that a read-only run never needs it; :meth:`missing` is the one line an apply fails with then.
     A failed call raises SystemctlError rather than calling fail_json, so that the GPU clients stopped
     for a change are still started again on the way out.
     """
 
-    def __init__(self, module, enabled):
+    def __init__(self, module, wanted):
         self.module = module
-        self.enabled = enabled
-        self.command = module.get_bin_path('systemctl', required=enabled) if enabled else None
+        self.command = module.get_bin_path('systemctl')
+        self.enabled = wanted if wanted is not None else bool(self.command) and _host_files.systemd_runs()
+        self.usable = self.enabled and bool(self.command)
+
+    def missing(self):
+        """Why an apply cannot run with systemd=true here (no systemctl on PATH), or None."""
+        if self.enabled and not self.command:
+            return ('systemd=true but systemctl is not on this host\'s PATH: an apply stops the GPU clients and enables '
+                    'the boot unit with it; on a host without systemd set systemd=false (the mig_layout role: '
+                    'mig_layout_systemd: false), or leave it unset to detect systemd')
+        return None
 
     def _run(self, *args):
         return self.module.run_command([self.command] + list(args))
 
     def is_active(self, unit):
-        return self.enabled and self._run('is-active', '--quiet', unit)[0] == 0
+        return self.usable and self._run('is-active', '--quiet', unit)[0] == 0
 
     def is_enabled(self, unit):
-        return self.enabled and self._run('is-enabled', '--quiet', unit)[0] == 0
+        return self.usable and self._run('is-enabled', '--quiet', unit)[0] == 0
 
     def _failure(self, args):
         """The error of ``systemctl <args>``, or None when it succeeded."""
@@ -477,7 +499,7 @@ def keep_files(module, systemd, paths, request):
         units.append(_boot_install.LAYOUT_UNIT)
     if systemd.enabled and paths.metrics_dir:
         units.append(_boot_install.METRICS_TIMER)
-    if systemd.enabled and units and not module.check_mode:
+    if systemd.usable and units and not module.check_mode:
         if any(path.startswith(paths.systemd_dir) for path in changed):
             systemd.must('daemon-reload')
         for unit in units:
@@ -528,6 +550,9 @@ def main_body(module):
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
                             evict=params['evict'])
+    # Only a change needs systemctl (clients stopped, units enabled); a decision or check mode reads without it.
+    if params['apply'] and not module.check_mode and systemd.missing():
+        module.fail_json(msg=systemd.missing())
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
@@ -561,6 +586,9 @@ def main_body(module):
             raise
         if done:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
+        elif before.in_layout and not module.check_mode:
+            # A no-op run (the role's decision on a host in the layout included) is a success too.
+            resolve_failure(paths.config_dir, request.name, 'ansible')
         # The declared layout (and the boot unit that names it) becomes this one only once the host
         # holds it or the apply brought it there (a mode pending a reboot included): after a decision
         # alone, or a refused change, a reboot still applies the previous one.
@@ -591,6 +619,7 @@ def main_body(module):
                            pods=sorted(set('%s/%s' % (d['namespace'], d['pod']) for d in pod_devices or []))),
         resources=resources,
         expected_device_ids=expected_ids,
+        systemd=systemd.enabled,
     )
     if module._diff:
         output['diff'] = diff_of(before, after)
@@ -607,7 +636,7 @@ def main():
         gpu_clients=dict(type='list', elements='str', default=['nvidia-dcgm.service', 'dcgm-exporter.service', 'nvsm.service']),
         other_owner_units=dict(type='list', elements='str', default=['nvidia-mig-manager.service']),
         allow_other_owner=dict(type='bool', default=False),
-        systemd=dict(type='bool', default=True),
+        systemd=dict(type='bool'),
         boot_persistence=dict(type='bool', default=True),
         config_dir=dict(type='path', default='/etc/gpufleet-mig'),
         lib_dir=dict(type='path', default='/usr/local/lib/gpufleet-mig'),

@@ -39,11 +39,15 @@ options:
     choices: [enabled, disabled]
   allow_reset:
     description:
-      - Reset each GPU whose mode change stays pending, when it is idle (the same option, with the same meaning, as
-        O(gpufleet.mig.nvidia_mig_layout#module:allow_reset)).
+      - Reset each GPU whose mode change stays pending, when it is idle (the same option, with the same meaning and
+        default, as O(gpufleet.mig.nvidia_mig_layout#module:allow_reset) and the role's C(mig_layout_allow_reset)).
+      - The default is V(true) because a reset is only tried on a GPU that no process and no pod holds (the change is
+        refused before otherwise), the driver itself refuses it while another client holds the GPU (reported in
+        RV(gpus[].pending_reason)), and without it the mode asked for is not in effect until a reboot. Before 0.3.0
+        this module defaulted to V(false).
       - V(false) leaves a pending mode change for a later reset or reboot and reports RV(gpus[].reset_required).
     type: bool
-    default: false
+    default: true
   reset:
     description:
       - Deprecated, will be removed in 1.0.0; use O(allow_reset). V(if_idle) is O(allow_reset=true), V(never) is
@@ -172,10 +176,13 @@ def main_body(module):
             gpu = decision.gpu
             outcome = {'after': decision.after.as_dict(), 'reset_performed': decision.needs_reset, 'pending_reason': None}
             if decision.changed and not module.check_mode:
+                # A reset the driver refuses leaves the mode pending with the reason, as in nvidia_mig_layout
+                # (one meaning of allow_reset): RV(gpus[].reset_required), not a failure.
                 if wanted_enabled:
-                    outcome = change_mode(backend, decision)
+                    outcome = change_mode(backend, decision, report_refused_reset=True)
                 else:
-                    outcome = disable_mig(backend, decision, clear, lambda plan, gpu=gpu: apply_plan(backend, gpu, plan))
+                    outcome = disable_mig(backend, decision, clear, lambda plan, gpu=gpu: apply_plan(backend, gpu, plan),
+                                          report_refused_reset=True)
             results.append({
                 'index': gpu.index,
                 'uuid': gpu.uuid,
@@ -202,7 +209,7 @@ def main():
     argument_spec = dict(
         gpus=dict(type='list', elements='str', required=True),
         state=dict(type='str', required=True, choices=['enabled', 'disabled']),
-        allow_reset=dict(type='bool', default=False),
+        allow_reset=dict(type='bool', default=True),
         # Named like nvidia_mig_layout's option since 0.2.0; the old name warns until it goes.
         reset=dict(type='str', choices=['never', 'if_idle'], removed_in_version='1.0.0', removed_from_collection='gpufleet.mig'),
     )

@@ -245,3 +245,26 @@ def test_a_gpu_fragmented_by_churn_raises_mig_fragmented_and_stranded_capacity(p
         firing('MigStrandedCapacity', '%dm' % (fires_after - 2), False),
         firing('MigStrandedCapacity', '%dm' % (fires_after + 2), True),
     ])
+
+
+def test_a_refused_apply_then_a_no_op_run_resolves_mig_layout_apply_failed(prometheus_binaries, fleet, tmp_path):
+    """A host in nighttime refuses daytime (a process on an instance daytime destroys): MigLayoutApplyFailed fires.
+    The next run of nighttime changes nothing (the role's decision, apply: false) and resolves it, on the series the
+    module itself writes."""
+    busy = [{'model': 'H100-SXM5-80GB', 'mig': {'current': 'enabled', 'pending': 'enabled'}}]
+    host = fleet.host('refused', busy)
+    assert host.apply('nighttime')['in_layout']
+    host.edit_state(lambda state: state['gpus'][0]['gpu_instances'][0]['compute_instances'][0].update(pids=[77]))
+    with pytest.raises(AssertionError, match=r'\[77\]'):
+        host.apply('daytime')
+    timeline = Timeline(minutes=30)
+    timeline.show('refused', 0, host.metrics())
+    assert host.decide('nighttime')['in_layout']
+    timeline.show('refused', 10, host.metrics())
+    labels = 'instance="refused:9100",job="node",layout="%s",severity="critical",source="ansible"'
+
+    def firing(at, layout):
+        series = {'ALERTS{alertname="MigLayoutApplyFailed",alertstate="firing",%s}' % (labels % layout): 1} if layout else {}
+        return expect('ALERTS{alertname="MigLayoutApplyFailed",alertstate="firing"}', at, series)
+    run_rule_tests(prometheus_binaries, tmp_path, 'a refused apply then a no-op run', timeline, [], [
+        firing('5m', 'daytime'), firing('12m', None), firing('30m', None)])

@@ -184,7 +184,7 @@ def run_role(host, layout):
         'ansible_python_interpreter': sys.executable,
         'mig_layout_name': layout,
         'mig_layout_install_dependencies': False,
-        'mig_layout_manage_systemd': False,
+        'mig_layout_systemd': False,
         'mig_layout_environment': simulated_environment(host['state']),
         'mig_layout_systemd_dir': host['systemd'],
         'mig_layout_config_dir': host['config'],

@@ -12,6 +12,7 @@ __metaclass__ = type
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -169,6 +170,10 @@ def test_check_mode_goes_on_past_a_spent_budget(ansible_env, daytime_fleet):
     ({'mig_layout_config_file': 'BAD_YAML'},
      "BAD_YAML line 6, column 6: not valid YAML: expected <block end>, but found '<block mapping start>' "
      "[every host of the play]"),
+    ({'mig_layout_config_file': 'site/no-such-catalog.yml'},
+     'the MIG layout catalog site/no-such-catalog.yml cannot be read on the controller (no such file, or not '
+     'readable); mig_layout_config_file is a path on the controller, absolute or relative to the playbook '
+     '[every host of the play]'),
 ])
 def test_preflight_refuses_bad_input_with_one_line_before_any_host_is_touched(ansible_env, tmp_path, extravars, message):
     bad_yaml = tmp_path / 'site-layouts.yaml'
@@ -199,31 +204,60 @@ def ansible_playbook(state_dir, cache_dir, *args):
                           universal_newlines=True, timeout=600, check=False)
 
 
+PREFLIGHT_READ = 'Read the GPUs of the hosts whose GPUs the controller does not know yet (no fact cache)'
+
+
 def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_fleet, tmp_path):
-    """The GPUs each host's last decision reported are a cached fact: no extra call, and the next run refuses a
-    layout that would be declared everywhere and apply nowhere."""
+    """Without a fact cache the pre-flight reads each host's GPUs (nvidia_mig_facts, read-only) and refuses a layout
+    that would be declared everywhere and apply nowhere; with one, the GPUs each host's last decision reported are
+    a cached fact and nothing is read."""
     cache = str(tmp_path / 'facts')
     nowhere = json.dumps({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [
         {'devices': 'all', 'device-filter': '0x12345678', 'mig-enabled': True, 'mig-devices': {'1g': 1}}]}})
     a30_only = json.dumps({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [
         {'devices': 'all', 'device-filter': '0x20B710DE', 'mig-enabled': True, 'mig-devices': {'2g': 2}}]}})
     before = host_files(daytime_fleet)
-    # Without known GPUs the pre-flight cannot tell: the (dry) run goes on, and keeps each host's GPUs.
-    first = ansible_playbook(daytime_fleet, cache, '--check', '-e', nowhere, '-e', 'mig_layout_serial=100%')
-    assert 'Keep the host\'s MIG-capable GPUs for the next pre-flight' in first.stdout, first.stdout[-3000:]
+    message = 'Nothing was changed: layout n (device-filters: entry 0 0x12345678) matches no GPU of any host of the play'
+    # No cache: the pre-flight reads the GPUs, then refuses; no host reaches the rollout, even in a dry run.
+    uncached = ansible_playbook(daytime_fleet, str(tmp_path / 'no-cache'), '--check', '-e', nowhere)
+    assert uncached.returncode == 2 and message in uncached.stdout, uncached.stdout[-3000:]
+    assert PREFLIGHT_READ in uncached.stdout and 'PLAY [Roll out the MIG layout]' not in uncached.stdout
+    assert 'NVIDIA H200 0x233510DE' in uncached.stdout, uncached.stdout[-3000:]
+    # A layout that matches one host's GPUs (the A30s) goes on; each other host is refused by its own decision, in
+    # one line naming its GPUs. The facts read (and the decisions' GPUs) stay in the cache.
+    matching = ansible_playbook(daytime_fleet, cache, '--check', '-e', a30_only, '-e', 'mig_layout_serial=100%')
+    assert 'PLAY [Roll out the MIG layout]' in matching.stdout and matching.returncode == 2, matching.stdout[-3000:]
+    assert 'plan of layout n: 6 of 6 host(s) evaluated, 1 to change, 0 in layout, 5 refused' in matching.stdout, matching.stdout[-3000:]
+    assert ('sim-h200-01: refused: layout n matches none of the MIG-capable GPUs of this host (NVIDIA H200 0x233510DE'
+            in ' '.join(matching.stdout.split())), matching.stdout[-3000:]
     # One file per host (ansible-core 2.19 prefixes the names with the cache's schema, s1_).
     files = dict((name.split('_', 1)[-1], name) for name in os.listdir(cache))
     assert sorted(files) == sorted(HOSTS)
     with open(os.path.join(cache, files['sim-h200-01'])) as handle:
         assert '0x233510DE' in handle.read()
+    # With the cache: refused by the first check, before the read is even scheduled.
     refused = ansible_playbook(daytime_fleet, cache, '-e', nowhere)
-    assert refused.returncode == 2, refused.stdout[-3000:]
-    message = ('Nothing was changed: layout n matches no GPU of any host of the play (their GPUs as their last run '
-               'reported them): it would be declared everywhere and applied nowhere; check its device-filter, devices '
-               'and gpufleet-memory-slices')
-    assert '[ERROR]: Task failed: Action failed: %s\n' % message in refused.stdout, refused.stdout[-3000:]
+    assert refused.returncode == 2 and message in refused.stdout, refused.stdout[-3000:]
+    assert PREFLIGHT_READ not in refused.stdout, refused.stdout[-3000:]
     assert 'PLAY [Roll out the MIG layout]' not in refused.stdout
-    # A layout that matches one host's GPUs (the A30s) goes on.
-    matching = ansible_playbook(daytime_fleet, cache, '--check', '-e', a30_only, '-e', 'mig_layout_serial=100%')
-    assert 'PLAY [Roll out the MIG layout]' in matching.stdout and matching.returncode == 0, matching.stdout[-3000:]
+    assert host_files(daytime_fleet) == before
+
+
+def test_a_dry_run_and_the_report_with_systemd_unset_never_need_systemctl(ansible_env, daytime_fleet, tmp_path):
+    """mig_layout_systemd unset (null, the role's default): each host's module detects systemd itself; a dry run and
+    the report plan without calling systemctl whatever the machine (a container has systemctl and no systemd)."""
+    before = host_files(daytime_fleet)
+    with open('/proc/1/comm') as handle:
+        booted = os.path.exists('/run/systemd/system/') or handle.read().strip() == 'systemd'
+    run = fleet_run(daytime_fleet, args=['--check', '-e', '{"mig_layout_systemd": null}'], mig_layout_name='nighttime',
+                    mig_layout_serial='100%', mig_layout_max_fail_percentage=100)
+    assert host_files(daytime_fleet) == before
+    assert sorted(run.task_results(DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert run.failed == ['sim-a100-01'] and 'systemctl' not in run.describe(), run.describe()
+    decided = [e['event_data']['res'] for e in run.events
+               if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == DECISION_TASK]
+    assert len(decided) == 5 and set(res['systemd'] for res in decided) == {booted and bool(shutil.which('systemctl'))}
+    report = fleet_run(daytime_fleet, 'playbooks/mig_report.yml', mig_report_layout='nighttime',
+                       mig_report_map_path=str(tmp_path / 'map.html'))
+    assert 'systemctl' not in report.describe() and os.path.exists(str(tmp_path / 'map.html')), report.describe()
     assert host_files(daytime_fleet) == before

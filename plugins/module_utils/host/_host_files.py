@@ -21,6 +21,22 @@ import tempfile
 LAYOUT_FILE = 'layout.json'
 METRICS_FILE = 'gpufleet_mig.prom'
 SCRIPT_NAME = 'gpufleet-mig-apply'
+# Where systemd's sd_booted() looks, then what runs as PID 1: how Ansible's service_mgr fact tells systemd
+# (ansible-core lib/ansible/module_utils/facts/system/service_mgr.py, ServiceMgrFactCollector.is_systemd_managed
+# and its /proc/1/comm read). A container (the GPU operator's way) has neither.
+SYSTEMD_CANARIES = ('/run/systemd/system/', '/dev/.run/systemd/', '/dev/.systemd/')
+PID1_COMM = '/proc/1/comm'
+
+
+def systemd_runs():
+    """Whether systemd manages this host: one of its canary folders exists, or PID 1 is systemd."""
+    if any(os.path.exists(path) for path in SYSTEMD_CANARIES):
+        return True
+    try:
+        with open(PID1_COMM) as handle:
+            return handle.read().strip() == 'systemd'
+    except (IOError, OSError):
+        return False
 
 
 class HostPaths(object):

@@ -67,6 +67,16 @@ def record_apply(config_dir, layout_name, result, source, message=''):
     return record
 
 
+def resolve_failure(config_dir, layout_name, source):
+    """A run that found the host in ``layout_name`` (a no-op): the record says success from then on, so the failure
+    alert an earlier refused or failed change raised resolves (docs/metrics.md). Written only when the record says
+    otherwise (a failure, another layout, none), so that a no-op run after a success writes nothing."""
+    last = read_last_apply(config_dir)
+    if last and last.get('result') == 'success' and last.get('layout') == layout_name:
+        return None
+    return record_apply(config_dir, layout_name, 'success', source)
+
+
 def read_last_apply(config_dir):
     try:
         with open(_last_apply_path(config_dir)) as handle:

@@ -189,17 +189,54 @@ def _no_match_reason(entries, gpu, memory_slices):
     return '; '.join(reasons) or 'the layout has no entry'
 
 
+def gpu_models_text(gpus):
+    """The models of ``gpus`` (match records, facts or :func:`known_gpus`, each with ``name`` and ``pci_device_id``),
+    each once with its count: ``NVIDIA A100-SXM4-80GB 0x20B210DE x2, NVIDIA H100 80GB HBM3 0x233010DE``."""
+    counts = {}
+    for gpu in gpus:
+        model = ' '.join(str(part) for part in (gpu.get('name'), gpu.get('pci_device_id')) if part) or 'unknown model'
+        counts[model] = counts.get(model, 0) + 1
+    return ', '.join('%s%s' % (model, ' x%d' % count if count > 1 else '') for model, count in sorted(counts.items()))
+
+
+def device_filters_text(entries):
+    """Each entry's device-filter (``any`` when it has none), with its devices when they are not ``all``."""
+    parts = []
+    for position, entry in enumerate(entries):
+        text = '/'.join(entry['device-filter']) or 'any'
+        if entry['devices'] != 'all':
+            text += ' devices %s' % ','.join(str(index) for index in entry['devices'])
+        parts.append('entry %d %s' % (position, text))
+    return ', '.join(parts) or 'no entry'
+
+
+def nothing_matched(matched, entries, layout):
+    """The one line refusing a host where ``layout`` matches none of its MIG-capable GPUs (:func:`match_gpus`'s
+    ``matched``), or None. Declared there it would apply nowhere and still replace the host's declared layout, so
+    the host is refused before any change; ``unmatched: ignore`` (mig-parted's meaning) still leaves alone the GPUs
+    an entry misses on a host where others match. A host without MIG-capable GPUs is not refused: nothing is
+    unmatched there."""
+    if matched['gpus'] or not matched['unmatched']:
+        return None
+    return ('layout %s matches none of the MIG-capable GPUs of this host (%s; device-filters: %s): nothing was '
+            'declared or changed; add an entry for these GPUs or give this host another layout'
+            % (layout, gpu_models_text(matched['unmatched']), device_filters_text(entries)))
+
+
 def known_gpus(decision):
-    """The MIG-capable GPUs of a host as its decision (nvidia_mig_layout, any layout) reported them, for
-    :func:`may_match_any`: {'index', 'pci_device_id', 'pci_subsystem_id', 'memory_slices'}; what the decision
-    does not tell (the subsystem id, the memory slices of a GPU whose MIG is off) is None."""
+    """The MIG-capable GPUs of a host as its decision (nvidia_mig_layout, any layout) or its ``nvidia_mig`` facts
+    (nvidia_mig_facts) reported them, for :func:`may_match_any`: {'index', 'name', 'pci_device_id',
+    'pci_subsystem_id', 'memory_slices'}; what the source does not tell (the subsystem id, the memory slices of a GPU
+    whose MIG is off) is None."""
     found = []
     for gpu in (decision or {}).get('gpus') or []:
+        if gpu.get('mig_capable') is False:     # facts list every GPU; a decision only the matched ones
+            continue
         slices = (gpu.get('free_space_after') or {}).get('total_slices') or gpu.get('memory_slices')
-        found.append({'index': gpu.get('index'), 'pci_device_id': gpu.get('pci_device_id'),
+        found.append({'index': gpu.get('index'), 'name': gpu.get('name'), 'pci_device_id': gpu.get('pci_device_id'),
                       'pci_subsystem_id': gpu.get('pci_subsystem_id'), 'memory_slices': slices})
     for gpu in (decision or {}).get('unmatched_gpus') or []:
-        found.append({'index': gpu.get('index'), 'pci_device_id': gpu.get('pci_device_id'),
+        found.append({'index': gpu.get('index'), 'name': gpu.get('name'), 'pci_device_id': gpu.get('pci_device_id'),
                       'pci_subsystem_id': gpu.get('pci_subsystem_id'), 'memory_slices': None})
     return sorted(found, key=lambda gpu: gpu['index'])
 

@@ -212,6 +212,11 @@ def _host_plan(record):
     host['gpus'] = [_gpu_plan(gpu) for gpu in decision.get('gpus') or []]
     host['pods_to_evict'] = sorted(decision.get('pods_to_evict') or [])
     host['unmatched_gpus'] = ['GPU %s: %s' % (g.get('index'), g.get('reason')) for g in decision.get('unmatched_gpus') or []]
+    if not host['gpus'] and host['unmatched_gpus']:
+        # No GPU of the host takes the layout: "in layout" would count GPUs it leaves as they are (the module refuses
+        # such a host; a decision from before that rule still reads as refused).
+        host.update(status='refused', reason='the layout matches none of its MIG-capable GPUs: %s' % '; '.join(host['unmatched_gpus']))
+        return host
     host['status'] = 'in layout' if decision.get('in_layout') else 'change'
     host['kubernetes_node'] = record.get('kubernetes_node') or None
     return host

@@ -147,11 +147,20 @@ A100_DECISION = {
 
 def test_host_gpus_from_a_decision():
     assert FILTERS['mig_layout_host_gpus'](A100_DECISION) == [
-        {'index': 0, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': None},
-        {'index': 1, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': 8},
-        {'index': 2, 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': None, 'memory_slices': None},
+        {'index': 0, 'name': None, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': None},
+        {'index': 1, 'name': None, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': 8},
+        {'index': 2, 'name': None, 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': None, 'memory_slices': None},
     ]
     assert FILTERS['mig_layout_host_gpus'](None) == []
+
+
+def test_host_gpus_from_the_nvidia_mig_facts_leave_out_gpus_without_mig():
+    """Without a fact cache the pre-flight reads the facts (playbooks/mig_layout.yml): every GPU is listed there."""
+    facts = {'layout': None, 'gpus': [
+        {'index': 0, 'name': 'NVIDIA A30', 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': '0x153210DE', 'mig_capable': True},
+        {'index': 1, 'name': 'NVIDIA L40S', 'pci_device_id': '0x26B910DE', 'pci_subsystem_id': None, 'mig_capable': False}]}
+    assert FILTERS['mig_layout_host_gpus'](facts) == [
+        {'index': 0, 'name': 'NVIDIA A30', 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': '0x153210DE', 'memory_slices': None}]
 
 
 def entry_of(**fields):
@@ -177,13 +186,29 @@ def test_a_layout_may_match_the_known_gpus(entry, matches):
 
 
 def test_preflight_refuses_a_layout_no_known_gpu_of_any_host_matches():
-    nowhere = {'name': 'n', 'error': None, 'matches': False}
+    layout = {'n': [{'devices': 'all', 'device-filter': '0xDEADBEEF', 'mig-enabled': True, 'mig-devices': {'1g': 1}}]}
+    a100s = FILTERS['mig_layout_host_gpus']({'gpus': [
+        {'index': 0, 'name': 'NVIDIA A100-SXM4-80GB', 'pci_device_id': '0x20B210DE', 'mig_capable': True}]})
+    nowhere = FILTERS['mig_layout_catalog'](layout, 'n', False, None, a100s)
+    elsewhere = FILTERS['mig_layout_catalog'](layout, 'n', False, None, FILTERS['mig_layout_host_gpus'](A100_DECISION))
     somewhere = {'name': 'n', 'error': None, 'matches': True}
-    unknown = {'name': 'n', 'error': None, 'matches': None}
-    assert FILTERS['mig_layout_preflight']([nowhere, nowhere], ['a', 'b']) == (
-        'Nothing was changed: layout n matches no GPU of any host of the play (their GPUs as their last run reported '
-        'them): it would be declared everywhere and applied nowhere; check its device-filter, devices and '
-        'gpufleet-memory-slices')
+    unknown = FILTERS['mig_layout_catalog'](layout, 'n')
+    assert nowhere['matches'] is False and unknown['matches'] is None
+    assert FILTERS['mig_layout_preflight']([nowhere, elsewhere], ['a', 'b']) == (
+        'Nothing was changed: layout n (device-filters: entry 0 0xDEADBEEF) matches no GPU of any host of the play '
+        '(their MIG-capable GPUs: 0x20B210DE, 0x20B710DE, NVIDIA A100-SXM4-80GB 0x20B210DE): it would be declared '
+        'everywhere and applied nowhere; check its device-filter, devices and gpufleet-memory-slices')
     assert FILTERS['mig_layout_preflight']([nowhere, somewhere], ['a', 'b']) == ''
     # A host whose GPUs are not known yet may match: no refusal.
     assert FILTERS['mig_layout_preflight']([nowhere, unknown], ['a', 'b']) == ''
+
+
+def test_a_catalog_file_the_lookup_could_not_read_is_one_line_told_once_for_every_host():
+    """validate.yml reads the file with errors='ignore': the lookup gives None, and the pre-flight tells it once."""
+    checked = FILTERS['mig_layout_catalog'](None, 'nighttime', True, 'site/missing.yml')
+    assert checked['configs'] is None and checked['matches'] is None
+    assert checked['error'] == (
+        'the MIG layout catalog site/missing.yml cannot be read on the controller (no such file, or not readable); '
+        'mig_layout_config_file is a path on the controller, absolute or relative to the playbook')
+    assert FILTERS['mig_layout_preflight']([checked] * 3, ['a', 'b', 'c']) == (
+        'Nothing was changed: %s [every host of the play]' % checked['error'])

@@ -154,6 +154,17 @@ def test_fleet_plan_per_gpu_refused_not_reached_and_totals():
     assert gpu_a1['in_layout'] and gpu_a1['instances_kept'] == 2 and gpu_a1['instances_destroyed'] == 0
 
 
+def test_a_host_whose_gpus_the_layout_all_misses_is_refused_never_in_layout():
+    """A decision that matched no GPU (all unmatched) is trivially "in layout"; the plan counts it refused."""
+    unmatched = [{'index': 0, 'name': 'NVIDIA A30', 'reason': 'matched by no entry: the device-filter of entry 0 does not name 0x20B710DE'}]
+    records = [{'host': 'a30', 'started': True, 'error': None, 'decision': {
+        'in_layout': True, 'gpus': [], 'pods_to_evict': [], 'unmatched_gpus': unmatched}}]
+    plan = fleet_plan(records, 'gh200-only')
+    assert [h['status'] for h in plan['hosts']] == ['refused'] and plan['totals']['hosts_in_layout'] == 0
+    assert plan['refused'] == {'a30': 'the layout matches none of its MIG-capable GPUs: GPU 0: matched by no entry: '
+                                      'the device-filter of entry 0 does not name 0x20B710DE'}
+
+
 def test_fleet_plan_of_a_real_run_keeps_instances_and_says_layout():
     kept = instance('1g.10gb', 6, 13)
     records = [{'host': 'a', 'started': True, 'error': None, 'decision': {

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from ansible.module_utils import basic
 
@@ -127,6 +128,35 @@ def test_unmatched_gpu_is_left_alone_or_fails_when_asked(simulated_host, run_mod
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, only_a100, unmatched='fail'))
     assert failed and 'GPU 1' in result['msg']
     assert len(host.calls()) == calls
+
+
+NOWHERE = {'nowhere': [{'devices': 'all', 'device-filter': ['0xDEADBEEF'], 'mig-enabled': True, 'mig-devices': {'1g': 1}},
+                       {'devices': [7], 'mig-enabled': False}]}
+
+
+@pytest.mark.parametrize('args, check_mode', [
+    ({}, False), ({'apply': False}, False), ({}, True)], ids=['apply', 'decision', 'check mode'])
+def test_a_layout_matching_none_of_the_hosts_gpus_is_refused_before_any_change(
+        simulated_host, run_module, host_paths, args, check_mode):
+    """Declared there it would apply nowhere: refused in one line naming the GPU models and the device-filters,
+    nothing declared (no layout.json) and no GPU changed, though unmatched is ignore (its default)."""
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}, {'model': 'A100-SXM4-80GB'}, {'model': 'H100-SXM5-80GB'}, {'model': 'L40S'}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NOWHERE, **args), check_mode=check_mode)
+    assert failed and result['msg'] == (
+        'layout nowhere matches none of the MIG-capable GPUs of this host (NVIDIA A100-SXM4-80GB 0x20B210DE x2, '
+        'NVIDIA H100 80GB HBM3 0x233010DE; device-filters: entry 0 0xDEADBEEF, entry 1 any devices 7): nothing was '
+        'declared or changed; add an entry for these GPUs or give this host another layout'), result['msg']
+    assert '\n' not in result['msg']
+    assert mutating_calls(host) == [] and not os.path.exists(os.path.join(host_paths['config_dir'], 'layout.json'))
+    # An apply refused so is recorded as failed (for the metrics), as every refused apply; a decision records nothing.
+    recorded = os.path.exists(os.path.join(host_paths['config_dir'], 'last_apply.json'))
+    assert recorded == (args.get('apply', True) and not check_mode)
+
+
+def test_a_host_without_mig_capable_gpus_is_not_refused_and_a_partial_match_is_not_either(simulated_host, run_module, host_paths):
+    simulated_host([{'model': 'L40S'}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NOWHERE, apply=False))
+    assert not failed and result['gpus'] == [] and result['unmatched_gpus'] == [], result
 
 
 def test_disabling_mig_destroys_idle_instances_first(simulated_host, run_module, host_paths):
@@ -595,6 +625,27 @@ def test_facts_say_whether_each_gpu_holds_the_declared_layout(simulated_host, ru
     assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [False, None, None]
 
 
+def test_bare_facts_read_the_layout_nvidia_mig_layout_declared_where_it_keeps_it_by_default(
+        simulated_host, run_module, host_paths, monkeypatch):
+    """The README's bare nvidia_mig_facts call answers whether each GPU holds the declared layout: its layout_file
+    defaults to nvidia_mig_layout's <config_dir>/layout.json (moved under tmp here, as the module's constant)."""
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+    assert nvidia_mig_facts.DEFAULT_LAYOUT_FILE == os.path.join(
+        yaml.safe_load(nvidia_mig_layout.DOCUMENTATION)['options']['config_dir']['default'], 'layout.json')
+    assert yaml.safe_load(nvidia_mig_facts.DOCUMENTATION)['options']['layout_file']['default'] == nvidia_mig_facts.DEFAULT_LAYOUT_FILE
+    simulated_host(HELD_NIGHT)
+    monkeypatch.setattr(nvidia_mig_facts, 'DEFAULT_LAYOUT_FILE', os.path.join(host_paths['config_dir'], 'layout.json'))
+    facts, failed = run_module(nvidia_mig_facts.main, {})
+    assert not failed and facts['ansible_facts']['nvidia_mig']['layout'] is None, facts
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
+    assert not failed and result['in_layout'], result
+    facts, failed = run_module(nvidia_mig_facts.main, {})
+    assert facts['ansible_facts']['nvidia_mig']['layout'] == 'nighttime'
+    assert [g['in_layout'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [True]
+    facts, failed = run_module(nvidia_mig_facts.main, {'layout_file': ''})
+    assert facts['ansible_facts']['nvidia_mig']['layout'] is None
+
+
 def test_disabling_mig_under_pods_evicts_them_first_but_never_touches_other_processes(
         simulated_host, run_module, host_paths, kubelet_with):
     busy = {'profile': '3g.40gb', 'start': 0, 'compute_instances': [{'profile': '3g.40gb', 'start': 0, 'pids': [4242]}]}
@@ -853,3 +904,178 @@ def test_a_decision_that_passes_then_a_failed_apply_keeps_the_declared_layout(si
     applied, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
     assert failed and 'NVML_ERROR_UNKNOWN' in applied['msg']
     assert boot_state(host_paths) == declared
+
+
+# ---- the failure record: the next success resolves it ------------------------------------------
+
+def last_apply(host_paths):
+    return json.loads(read(os.path.join(host_paths['config_dir'], 'last_apply.json')))
+
+
+def last_apply_metric(host_paths):
+    metrics = read(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom'))
+    return re.findall(r'(?m)^gpufleet_mig_layout_last_apply_success\{(.*)\} (\d)$', metrics)
+
+
+HELD_NIGHT = [{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED), 'gpu_instances': [
+    {'profile': '3g.40gb', 'start': s, 'compute_instances': [{'profile': '3g.40gb', 'start': 0}]} for s in (0, 4)]}]
+
+
+@pytest.mark.parametrize('apply', [True, False], ids=['no-op apply', 'no-op decision'])
+def test_a_no_op_run_after_a_refused_apply_resolves_the_failure_record_and_metric(simulated_host, run_module, host_paths, apply):
+    """Refused (a busy instance in the way of daytime), then the host's own layout again: nothing to do, and the
+    record and gpufleet_mig_layout_last_apply_success say success (MigLayoutApplyFailed resolves). The role's
+    no-op run is the decision alone (apply: false), so that resolves it too."""
+    busy = json.loads(json.dumps(HELD_NIGHT))
+    busy[0]['gpu_instances'][0]['compute_instances'][0]['pids'] = [77]
+    host = simulated_host(busy)
+    refused, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY))
+    assert failed and '[77]' in refused['msg']
+    assert last_apply(host_paths)['result'] == 'failed'
+    assert last_apply_metric(host_paths) == [('layout="daytime",source="ansible"', '0')]
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=apply))
+    assert not failed and result['in_layout'] and result['actions'] == [], result
+    assert last_apply(host_paths) == dict(last_apply(host_paths), result='success', layout='nighttime', source='ansible')
+    assert last_apply_metric(host_paths) == [('layout="nighttime",source="ansible"', '1')]
+    assert mutating_calls(host) == []
+
+
+def test_a_no_op_run_after_a_success_rewrites_no_record_and_check_mode_none(simulated_host, run_module, host_paths):
+    simulated_host(HELD_NIGHT)
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY, apply=False))
+    assert not failed and not result['in_layout']
+    # A decision of another layout is no success: nothing recorded.
+    assert not os.path.exists(os.path.join(host_paths['config_dir'], 'last_apply.json'))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT), check_mode=True)
+    assert not failed and result['in_layout']
+    assert not os.path.exists(os.path.join(host_paths['config_dir'], 'last_apply.json'))
+    run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
+    record = last_apply(host_paths)
+    assert record['result'] == 'success'
+    path = os.path.join(host_paths['config_dir'], 'last_apply.json')
+    os.utime(path, (1, 1))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=False))
+    assert not failed and result['in_layout'] and os.stat(path).st_mtime == 1
+
+
+def test_a_failure_recorded_by_the_role_is_resolved_by_its_next_no_op_decision(simulated_host, run_module, host_paths):
+    """The role's rescue records a failure outside the module (nvidia_mig_layout_failure); its next run on a host in
+    the layout is only the decision (apply: false), which resolves it."""
+    from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout_failure
+    simulated_host(HELD_NIGHT)
+    result, failed = run_module(nvidia_mig_layout_failure.main, {
+        'name': 'nighttime', 'config': NIGHT, 'reason': 'eviction refused', 'config_dir': host_paths['config_dir'],
+        'metrics_dir': host_paths['metrics_dir']})
+    assert not failed, result
+    assert last_apply_metric(host_paths) == [('layout="nighttime",source="ansible"', '0')]
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, apply=False))
+    assert not failed and result['in_layout']
+    assert last_apply(host_paths)['result'] == 'success'
+    assert last_apply_metric(host_paths) == [('layout="nighttime",source="ansible"', '1')]
+
+
+# ---- with and without systemd (the option unset: detected) ----------------------------------------
+
+FAKE_SYSTEMCTL = '''#!/bin/sh
+echo "$*" >> "%(log)s"
+case "$1" in is-active|is-enabled) exit 3;; esac
+exit 0
+'''
+
+
+@pytest.fixture
+def host_path(tmp_path, monkeypatch):
+    """PATH of a host: an empty folder (no systemctl), or with ``add_systemctl()`` a systemctl that logs its calls;
+    ``systemd_booted()`` makes the canary folder that systemd's sd_booted() checks exist (injected, not /run)."""
+    from ansible_collections.gpufleet.mig.plugins.module_utils.host import _host_files
+    folder = tmp_path / 'bin'
+    folder.mkdir()
+    log = tmp_path / 'systemctl.log'
+    monkeypatch.setenv('PATH', str(folder))
+    monkeypatch.setattr(_host_files, 'SYSTEMD_CANARIES', (str(tmp_path / 'run' / 'systemd' / 'system') + '/',))
+    monkeypatch.setattr(_host_files, 'PID1_COMM', str(tmp_path / 'proc-1-comm'))
+
+    class HostPath(object):
+        @staticmethod
+        def add_systemctl():
+            script = folder / 'systemctl'
+            script.write_text(FAKE_SYSTEMCTL % {'log': log})
+            script.chmod(0o755)
+
+        @staticmethod
+        def systemd_booted():
+            (tmp_path / 'run' / 'systemd' / 'system').mkdir(parents=True)
+
+        @staticmethod
+        def pid1(name):
+            (tmp_path / 'proc-1-comm').write_text(name + '\n')
+
+        @staticmethod
+        def calls():
+            return log.read_text().splitlines() if log.exists() else []
+    return HostPath()
+
+
+def unset_systemd(host_paths, config, **extra):
+    args = layout_args(host_paths, config, **extra)
+    del args['systemd']
+    return args
+
+
+@pytest.mark.parametrize('args, check_mode', [({'apply': False}, False), ({}, True), ({}, False)],
+                         ids=['decision', 'check mode', 'apply'])
+def test_a_host_without_systemctl_decides_checks_and_applies_without_systemd(
+        simulated_host, run_module, host_paths, host_path, args, check_mode):
+    """A container host (the real H200 host was one): no systemctl on PATH and the option unset. Nothing needs
+    systemctl; the unit files are still written by an apply."""
+    simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}])
+    result, failed = run_module(nvidia_mig_layout.main, unset_systemd(host_paths, NIGHT, **args), check_mode=check_mode)
+    assert not failed, result
+    assert result['systemd'] is False
+    assert result['in_layout'] is (not check_mode and args.get('apply', True))
+
+
+def test_systemctl_without_systemd_running_is_no_systemd_host(simulated_host, run_module, host_paths, host_path):
+    """systemctl installed (as in many containers) but systemd not managing the host: detected as no systemd."""
+    simulated_host([{'model': 'H100-SXM5-80GB'}])
+    host_path.add_systemctl()
+    result, failed = run_module(nvidia_mig_layout.main, unset_systemd(host_paths, NIGHT))
+    assert not failed and result['systemd'] is False and host_path.calls() == []
+
+
+@pytest.mark.parametrize('booted', ['canary', 'pid1'])
+def test_a_systemd_host_is_detected_and_its_units_enabled(simulated_host, run_module, host_paths, host_path, booted):
+    simulated_host([{'model': 'H100-SXM5-80GB'}])
+    host_path.add_systemctl()
+    if booted == 'canary':
+        host_path.systemd_booted()
+    else:
+        host_path.pid1('systemd')
+    result, failed = run_module(nvidia_mig_layout.main, unset_systemd(host_paths, NIGHT))
+    assert not failed and result['systemd'] is True, result
+    calls = host_path.calls()
+    assert 'is-enabled --quiet nvidia-mig-manager.service' in calls and 'enable gpufleet-mig-layout.service' in calls
+    assert 'enable --now gpufleet-mig-metrics.timer' in calls
+
+
+def test_an_init_that_is_not_systemd_is_no_systemd_host(simulated_host, run_module, host_paths, host_path):
+    simulated_host([{'model': 'H100-SXM5-80GB'}])
+    host_path.add_systemctl()
+    host_path.pid1('tini')
+    result, failed = run_module(nvidia_mig_layout.main, unset_systemd(host_paths, NIGHT))
+    assert not failed and result['systemd'] is False and host_path.calls() == []
+
+
+def test_systemd_true_without_systemctl_fails_an_apply_in_one_line_but_not_a_decision_or_check_mode(
+        simulated_host, run_module, host_paths, host_path):
+    host = simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}])
+    forced = layout_args(host_paths, NIGHT, systemd=True)
+    result, failed = run_module(nvidia_mig_layout.main, forced)
+    assert failed and result['msg'] == (
+        "systemd=true but systemctl is not on this host's PATH: an apply stops the GPU clients and enables the boot "
+        "unit with it; on a host without systemd set systemd=false (the mig_layout role: mig_layout_systemd: false), "
+        "or leave it unset to detect systemd")
+    assert mutating_calls(host) == [] and not os.path.exists(host_paths['config_dir'])
+    for args, check_mode in ((dict(forced, apply=False), False), (forced, True)):
+        result, failed = run_module(nvidia_mig_layout.main, args, check_mode=check_mode)
+        assert not failed and not result['in_layout'] and result['systemd'] is True, result

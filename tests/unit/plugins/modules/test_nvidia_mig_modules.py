@@ -133,14 +133,16 @@ def test_mode_idle_ampere_applies_at_once(simulated_host, run_module):
 @pytest.mark.parametrize('model', ['A100-SXM4-80GB', 'H100-SXM5-80GB'])
 def test_mode_held_by_a_client_stays_pending_with_the_reason(simulated_host, run_module, model):
     host = simulated_host([{'model': model, 'clients': ['nvidia-persistenced']}])
-    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'allow_reset': False})
     assert not failed and result['changed']
     gpu = result['gpus'][0]
     assert gpu['after'] == {'current': 'disabled', 'pending': 'enabled'} and gpu['reset_required']
     assert 'NVML_ERROR_IN_USE' in gpu['pending_reason'] and 'another client' in gpu['pending_reason']
-    # A reset is refused while the client holds the GPU: a clear failure, the mode still pending.
-    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled', 'allow_reset': True})
-    assert failed and 'reset' in result['msg']
+    # A reset (allowed by default) is refused while the client holds the GPU: the mode stays pending and the
+    # refusal is the reason, as nvidia_mig_layout reports it.
+    result, failed = run_module(nvidia_mig_mode.main, {'gpus': ['all'], 'state': 'enabled'})
+    assert not failed and result['gpus'][0]['reset_required'] and not result['gpus'][0]['reset_performed']
+    assert 'the GPU reset was refused' in result['gpus'][0]['pending_reason'], result
     assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'enabled'}
     simulator.set_clients(host.path, 0, [])
     calls_before = len(mutating_calls(host))
