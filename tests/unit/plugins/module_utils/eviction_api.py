@@ -63,14 +63,16 @@ def selects(selector, labels):
 
 
 class FakeEvictionApi(object):
-    """The API server for the evictions: pods, budgets, and scripted answers (``script[name]``: a list of Answers or
-    exceptions given, one per eviction request of that pod, before the rules apply; a real eviction only)."""
+    """The API server for the evictions: pods, budgets, and scripted answers (``script[name]``: Answers given, one per
+    real eviction request of that pod, before the rules apply; an (Answer, True) pair also deletes the pod, as a request
+    whose answer was lost; ``dry_script`` likewise for dry runs). ``unreadable``: pods whose read gets no answer."""
 
-    def __init__(self, pods, pdbs, script=None, unreadable=()):
+    def __init__(self, pods, pdbs, script=None, unreadable=(), dry_script=None):
         self.pods = dict(((p['metadata']['namespace'], p['metadata']['name']), copy.deepcopy(p)) for p in pods)
         self.pdbs = [copy.deepcopy(b) for b in pdbs]
         self.script = dict((k, list(v)) for k, v in (script or {}).items())
         self.unreadable = set(unreadable)
+        self.dry_script = dict((k, list(v)) for k, v in (dry_script or {}).items())
         self.calls = []
 
     def read_pod(self, target):
@@ -85,6 +87,8 @@ class FakeEvictionApi(object):
 
     def evict(self, target, dry_run):
         self.calls.append(('dry-run' if dry_run else 'evict', target.key))
+        if dry_run and self.dry_script.get(target.name):
+            return self.dry_script[target.name].pop(0)
         if not dry_run and self.script.get(target.name):
             scripted = self.script[target.name].pop(0)
             if isinstance(scripted, tuple):  # (answer, the eviction went through anyway)
