@@ -137,6 +137,12 @@ def test_a_429_past_the_timeout_stops_the_pass_and_names_who_was_evicted():
         ('ml/a', True, 201), ('ml/b', False, 429), ('ml/c', False, 201)]
 
 
+def test_a_retry_that_ends_exactly_at_the_timeout_is_made():
+    api = FakeEvictionApi([pod('a')], [], script={'a': [REFUSED_429] * 3})
+    run(api, ['a'], timeout=10)
+    assert api.requests('evict') == ['ml/a'] * 3
+
+
 def test_a_timeout_of_zero_tries_once():
     api = FakeEvictionApi([pod('a')], [], script={'a': [REFUSED_429]})
     clock = Clock()
