@@ -15,15 +15,14 @@ version_added: 0.2.0
 description:
   - Evicts every pod of O(pods) through the C(pods/eviction) subresource (policy/v1 Eviction), or none of them.
   - First it reads each pod (one not found, or another pod of that name, is gone and skipped) and the
-    PodDisruptionBudgets of their namespaces, groups the pods by the budget that guards each as the API server
-    decides it (same namespace, label selector; a pod that is not Running or is being deleted asks no budget; an
-    unhealthy pod the budget lets go takes no disruption) and compares each group with the budget's
-    C(status.disruptionsAllowed). A dry-run eviction does not use up a disruption, so two replicas under
-    C(maxUnavailable=1) both pass their dry runs and the real pass would be refused the second; here one budget that
-    cannot allow its whole group, or a pod selected by more than one budget (the API refuses it with HTTP 500),
-    refuses every eviction before any request.
-  - Then each eviction is tried as a dry run (C(dryRun=All), which runs admission, budgets and webhooks and changes nothing); one
-    refusal and nobody is evicted. With O(dry_run) the module stops there.
+    PodDisruptionBudgets of their namespaces, and tries each eviction as a dry run (C(dryRun=All), which runs
+    admission, budgets and webhooks and changes nothing); one refusal and nobody is evicted.
+  - A dry-run eviction uses up no disruption, so two replicas under C(maxUnavailable=1) both pass their dry runs and
+    a real pass would be refused the second. So the pods are then grouped by the budget that guards each, as the API
+    server decides it (same namespace, label selector; a pod that is not Running or is being deleted asks no budget;
+    an unhealthy pod its budget lets go takes no disruption), and each group is compared with its budget's
+    C(status.disruptionsAllowed); one budget that cannot allow its whole group, or a pod selected by more than one
+    budget (the API refuses it with HTTP 500), and nobody is evicted. With O(dry_run) the module stops there.
   - Then the real pass evicts the pods one by one, those that take no disruption first. An HTTP 429 (a budget used
     up meanwhile by someone else) is tried again every 5 seconds until O(timeout), as C(kubectl drain) does; any other
     refusal, a 429 past O(timeout), or a request without an answer stops the pass. A pod whose eviction got no answer
@@ -145,14 +144,14 @@ results:
       type: dict
     allowed:
       description:
-        - Nothing refused it - the API server accepted the eviction, the pod is gone (HTTP 404, or another pod of that
-          name), or it was not tried because another pod was refused.
+        - The API server accepted the eviction (or its dry run), or the pod is gone (HTTP 404, or another pod of that name).
       type: bool
     status:
       description:
-        - HTTP status of the answer (201 accepted, 429 refused by a PodDisruptionBudget, 0 without an answer or not tried).
-        - For a refusal decided before any request (RV(results[].tried=false)), what the API server would answer - 429
-          for a budget that cannot allow its whole group, 500 for a pod under more than one budget.
+        - HTTP status of the answer (201 accepted, 404 gone, 429 refused by a PodDisruptionBudget, 0 without an answer).
+        - For an answer decided by the module (RV(results[].from_api=false)), what the API server answers in that case - 429
+          for a budget that cannot allow its whole group, 500 for a pod under more than one budget, 404 for a pod gone
+          before.
       type: int
     message:
       description: The API server's message, or why the pod was refused or skipped.
@@ -161,8 +160,8 @@ results:
       description: The Status's C(details.causes) (a budget's refusal has C(reason) V(DisruptionBudget) and names the budget).
       type: list
       elements: dict
-    tried:
-      description: The API server was asked about this pod.
+    from_api:
+      description: The status and message are the API server's answer, not the module's budget check.
       type: bool
     evicted:
       description: The real pass evicted it (or found it gone).
@@ -172,7 +171,9 @@ dry_run:
   returned: always
   type: bool
 stage:
-  description: Where the run ended - V(budgets) (refused before any request), V(dry_run) or V(evict) (the real pass).
+  description:
+    - Where the run ended - V(dry_run) (a dry run was refused, or only dry runs were asked), V(budgets) (every dry run
+      passed but a budget cannot allow its whole group) or V(evict) (the real pass).
   returned: when the pods and budgets could be read
   type: str
 budgets:

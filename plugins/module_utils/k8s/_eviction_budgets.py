@@ -247,10 +247,11 @@ class EvictionBudgets:
     def order(self):
         """The pods in the order to evict them: first those that take no disruption (no budget asks, or an unhealthy
         pod the budget lets go while its healthy count holds: evicting a healthy pod first would lower that count),
-        then the others, grouped by budget."""
+        then the others, grouped by budget. A pod under more than one budget is listed too (its refusal is
+        :meth:`refused`'s to say)."""
         unhealthy = [pod for group in self.groups for pod in group.unhealthy]
         taking = [pod for group in self.groups for pod in group.pods]
-        return tuple(self.free) + tuple(unhealthy) + tuple(taking)
+        return tuple(self.free) + tuple(pod for pod, dummy in self.overlapping) + tuple(unhealthy) + tuple(taking)
 
     def as_dict(self):
         return {'groups': [group.as_dict() for group in self.groups],

@@ -8,9 +8,10 @@
 first pod it cannot evict and says exactly which pods it evicted.
 
 1. Each pod is read (a pod not found, or another pod of that name, is gone: nothing to evict) and the
-   PodDisruptionBudgets of their namespaces are listed; every budget must allow its whole group at once
-   (_eviction_budgets), else nobody is evicted.
+   PodDisruptionBudgets of their namespaces are listed.
 2. Each eviction is tried as a dry run (admission, budgets, webhooks); one refusal and nobody is evicted.
+   Then every budget must allow its whole group at once (_eviction_budgets), else nobody is evicted: a dry run
+   uses up no disruption, so it cannot see that two pods under one disruption both pass theirs.
 3. The real pass evicts the pods one by one in the budgets' order. A 429 (a budget used up by someone else
    meanwhile) is tried again every :data:`RETRY_DELAY` seconds until the pass's timeout, as ``kubectl drain``
    does (k8s.io/kubectl pkg/drain/drain.go, Helper.evictPods: only IsTooManyRequests is retried, after
@@ -71,21 +72,21 @@ class Target:
 @dataclass(frozen=True)
 class Answer:
     """The API server's answer to one eviction: its HTTP status (0: no answer), message and Status causes as
-    (reason, message) pairs. ``tried`` is False for a refusal decided here, before asking (the budget check)."""
+    (reason, message) pairs. ``from_api`` is False for an answer decided here without asking (the budget check
+    after the dry runs, a pod gone before)."""
 
     status: int
     message: str = ''
     causes: Tuple[Tuple[str, str], ...] = ()
-    tried: bool = True
+    from_api: bool = True
 
     @property
     def allowed(self):
-        """Nothing refuses it: accepted, the pod is gone already (404: it holds nothing), or not asked while another
-        pod was refused (no status)."""
-        return self.status in ACCEPTED or self.status == GONE or (not self.tried and not self.status)
+        """Accepted, or the pod is gone already (404: it holds nothing)."""
+        return self.status in ACCEPTED or self.status == GONE
 
     def as_dict(self):
-        return {'allowed': self.allowed, 'status': self.status, 'message': self.message, 'tried': self.tried,
+        return {'allowed': self.allowed, 'status': self.status, 'message': self.message, 'from_api': self.from_api,
                 'causes': [{'reason': reason, 'message': message} for reason, message in self.causes]}
 
     def describe(self):
@@ -100,15 +101,15 @@ class Answer:
         return 'HTTP %d %s' % (self.status, why)
 
 
-GONE_BEFORE = Answer(GONE, 'not evicted: no such pod any more (not found, or another pod of that name)', tried=False)
-NOT_TRIED = Answer(0, 'not tried: another pod was refused first', tried=False)
+GONE_BEFORE = Answer(GONE, 'not evicted: no such pod any more (not found, or another pod of that name)', from_api=False)
 
 
 @dataclass(frozen=True)
 class EvictionRun:
-    """What one all-or-none eviction did. ``stage``: where it ended ('budgets': refused before any request,
-    'dry_run': after the dry runs, 'evict': after the real pass). ``answers`` are the last answer per target (a dry
-    run's, or the real eviction's), in the order of ``targets``."""
+    """What one all-or-none eviction did. ``stage``: where it ended ('dry_run': a dry run refused, or a dry run was
+    all that was asked; 'budgets': the dry runs passed but a budget cannot allow its whole group; 'evict': after the
+    real pass). ``answers`` are the last answer per target (a dry run's, the budget check's, or the real
+    eviction's), in the order of ``targets``."""
 
     targets: Tuple[Target, ...]
     dry_run: bool
@@ -137,12 +138,12 @@ class EvictionRun:
     def problem(self):
         """Why not every pod was evicted (or, for a dry run, would not be), naming the pods, or None."""
         if self.stage == 'budgets':
-            return self.budgets.problem()
+            return '%s; each passed its dry run, but a dry run uses up no disruption' % self.budgets.problem()
         refused = self.refusals()
         if self.stage == 'dry_run':
             if not refused:
                 return None
-            return ('the API server refused the eviction (tried as a dry run) of %s: %s; nobody was evicted'
+            return ('the API server refused the eviction (tried as a dry run first) of %s: %s; nobody was evicted'
                     % ('a pod' if len(refused) == 1 else '%d pods' % len(refused),
                        '; '.join('%s: %s' % (target.key, answer.describe()) for target, answer in refused)))
         if self.stopped_at is None:
@@ -208,22 +209,23 @@ def evict_all_or_none(client, targets, dry_run, timeout, clock, sleep, delay=RET
     by_key = dict((target.key, target) for target, dummy in live)
 
     def run(stage, evicted=(), stopped_at=None, read_back=None, in_doubt=(), retried_for=0):
-        return EvictionRun(targets, dry_run, stage, tuple(answers.get(t, NOT_TRIED) for t in targets), budgets,
+        return EvictionRun(targets, dry_run, stage, tuple(answers[t] for t in targets), budgets,
                            tuple(evicted), stopped_at, read_back, tuple(in_doubt), retried_for)
-
-    refused = budgets.refused()
-    overlapping = dict(budgets.overlapping)
-    if refused:
-        for target, dummy in live:
-            reason = refused.get(target.key)
-            status = MORE_THAN_ONE_BUDGET_STATUS if target.key in overlapping else BUDGET_REFUSAL
-            answers[target] = Answer(status, reason, tried=False) if reason else NOT_TRIED
-        return run('budgets')
 
     order = [by_key[key] for key in budgets.order()]
     for target in order:
         answers[target] = client.evict(target, True)
-    if dry_run or any(not answers[target].allowed for target in order):
+    if any(not answers[target].allowed for target in order):
+        return run('dry_run')
+    refused = budgets.refused()
+    if refused:
+        overlapping = dict(budgets.overlapping)
+        for target in order:
+            if target.key in refused:
+                status = MORE_THAN_ONE_BUDGET_STATUS if target.key in overlapping else BUDGET_REFUSAL
+                answers[target] = Answer(status, refused[target.key], from_api=False)
+        return run('budgets')
+    if dry_run:
         return run('dry_run')
 
     evicted = []

@@ -120,6 +120,7 @@ def test_a_pod_under_two_budgets_is_refused_as_the_api_refuses_it():
         'ml/web-0 is selected by PodDisruptionBudgets ml/tier and ml/web; the Eviction API refuses it (HTTP 500: '
         '"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")')
     assert decision.refused()['ml/web-0'] in decision.problem()
+    assert decision.order() == ('ml/web-0',)
 
 
 def test_budgets_of_other_namespaces_and_pods_that_ask_no_budget_are_free():

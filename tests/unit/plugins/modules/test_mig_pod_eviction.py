@@ -93,7 +93,7 @@ def test_the_api_servers_answers_become_answers():
     assert (gone.status, gone.allowed) == (404, True)
     assert evictions.evict(Target('ml', 'c'), False) == Answer(500, 'refused')
     no_answer = evictions.evict(Target('ml', 'd'), False)
-    assert (no_answer.status, no_answer.allowed, no_answer.tried) == (0, False, True) and 'refused' in no_answer.message
+    assert (no_answer.status, no_answer.allowed, no_answer.from_api) == (0, False, True) and 'refused' in no_answer.message
     assert evictions.evict(Target('ml', 'e'), False) == Answer(0, 'connection reset')
 
 
@@ -135,14 +135,15 @@ def test_a_read_refused_or_unanswered_is_an_error_naming_what():
         raise AssertionError('no error')
 
 
-def test_two_replicas_under_one_disruption_fail_the_real_call_before_any_request():
+def test_two_replicas_under_one_disruption_fail_the_real_call_before_any_real_eviction():
     web = {'matchLabels': {'app': 'web'}}
     evictions = client([pod('web-0', {'app': 'web'}), pod('web-1', {'app': 'web'})], [pdb('web', web, 1)])
     result = mig_pod_eviction.outcome(evictions, [{'namespace': 'ml', 'name': 'web-0'}, {'namespace': 'ml', 'name': 'web-1'}],
                                       False, 60)
     assert result['failed'] and not result['changed'] and result['msg'] == result['problem']
     assert 'PodDisruptionBudget ml/web allows 1 disruption(s) now' in result['msg']
-    assert [c for c in evictions.core.calls if c[0] == 'evict'] == []
+    # Both dry runs pass (the API server takes no disruption for a dry run); no real eviction is asked.
+    assert [(c[2], c[4]) for c in evictions.core.calls if c[0] == 'evict'] == [('web-0', {'dry_run': 'All'}), ('web-1', {'dry_run': 'All'})]
     # The reboot path reads the results with gpufleet.mig.mig_handover_eviction_problem: it names the budget there too.
     assert 'PodDisruptionBudget ml/web allows 1' in eviction_problem(result['results'], 'n')
 
