@@ -113,7 +113,7 @@ EXAMPLES = r'''
       - {namespace: ml, name: infer-7f9, uid: 4b0c1c9e-0000-4000-8000-000000000002}
     dry_run: true
   register: tried
-  until: tried.problem is none
+  until: tried.problem | default(none) is none
   retries: 30
   delay: 10
 
