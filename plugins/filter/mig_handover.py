@@ -33,6 +33,11 @@ def mig_handover_switch(pod_resources, switch, drain_fallback=False, repack=Fals
     return _call(handover.SwitchMode, switch, pod_resources, drain_fallback, repack, create_only).as_dict()
 
 
+def mig_handover_pod_resources(k8s, switch, drain_fallback=False, decision=None, applied=None):
+    """How the host reads pod-resources through a change (decide, apply) and whether the hand-back compares device ids."""
+    return _call(handover.pod_resources_use, k8s, switch, drain_fallback, decision, applied)
+
+
 def mig_handover_decision_retry(message, k8s, install_dependencies, drain_fallback):
     """Whether a failed decision call may be retried after installing packages, or as a drain."""
     return handover.decision_retry(message, k8s, install_dependencies, drain_fallback)
@@ -53,9 +58,11 @@ def mig_handover_failure_outcome(failed, node, write_error=None, uncordon_error=
     return handover.failure_outcome(failed, node, write_error, uncordon_error)
 
 
-def mig_handover_evictions(pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node=''):
+def mig_handover_evictions(pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node='',
+                           pod_resources_read=True):
     """The pods to evict and those refused (with the problem), from the node's pods after the cordon."""
-    return _call(node_evictions.EvictionPlan, pods, mode, pods_to_evict, force, delete_emptydir_data, paused_labels, node).as_dict()
+    return _call(node_evictions.EvictionPlan, pods, mode, pods_to_evict, force, delete_emptydir_data, paused_labels, node,
+                 pod_resources_read).as_dict()
 
 
 def mig_handover_eviction_problem(results, node='', dry_run=True):
@@ -108,6 +115,7 @@ class FilterModule(object):
             'mig_handover_scope': mig_handover_scope,
             'mig_handover_switch': mig_handover_switch,
             'mig_handover_node': mig_handover_node,
+            'mig_handover_pod_resources': mig_handover_pod_resources,
             'mig_handover_decision_retry': mig_handover_decision_retry,
             'mig_handover_failure': mig_handover_failure,
             'mig_handover_failure_outcome': mig_handover_failure_outcome,

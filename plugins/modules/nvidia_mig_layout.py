@@ -134,6 +134,13 @@ options:
       - Needs O(apply=false); the apply itself keeps every held instance.
     type: bool
     default: false
+  drain:
+    description:
+      - With O(evict), RV(pods_to_evict) names every pod that holds any device of the host's GPUs (the role's drain and
+        drain fallback), found by device id from the same pod-resources as in place (renamed resources and DRA claims
+        included), or from the cgroups of the GPU processes where pod-resources were not read.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -335,7 +342,8 @@ eviction_reasons:
 pod_resources:
   description:
     - C(read) (whether the kubelet's pod-resources API answered), C(reason) when it did not, C(allocations) (every
-      container holding a GPU resource's device, with its device ids) and C(pods) (the pods on the host's GPUs).
+      container holding a GPU resource's device, or a GPU-shaped device id under any resource name, with its device ids)
+      and C(pods) (the pods that hold a device of the host's GPUs, by device id).
   returned: always
   type: dict
 resources:
@@ -519,6 +527,8 @@ def main_body(module):
     params = module.params
     if params['evict'] and params['apply']:
         module.fail_json(msg='evict decides the pods to evict and never applies: set apply=false with it')
+    if params['drain'] and not params['evict']:
+        module.fail_json(msg='drain names the pods to evict: set evict=true (and apply=false) with it')
     configs = configs_of(params['config'])
     entries = check_layout(configs, params['name'])
     problems = layout_problems(configs, skip=params['name'])
@@ -526,7 +536,7 @@ def main_body(module):
     systemd = Systemd(module, params['systemd'])
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            evict=params['evict'])
+                            evict=params['evict'], drain=params['drain'])
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
@@ -586,8 +596,7 @@ def main_body(module):
         clients_stopped=clients,
         pods_to_evict=before.pods_to_evict(),
         eviction_reasons=before.eviction_reasons(),
-        pod_resources=dict(pod_status, allocations=pod_devices or [],
-                           pods=sorted(set('%s/%s' % (d['namespace'], d['pod']) for d in pod_devices or []))),
+        pod_resources=dict(pod_status, allocations=pod_devices or [], pods=before.holders.pods()),
         resources=resources,
         expected_device_ids=expected_ids,
     )
@@ -616,6 +625,7 @@ def main():
         boot_environment=dict(type='dict', default={}),
         metrics_dir=dict(type='path', default=''),
         evict=dict(type='bool', default=False),
+        drain=dict(type='bool', default=False),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)

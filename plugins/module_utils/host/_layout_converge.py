@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor i
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, destroyed_instances, layout_of, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import HostHolders
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import allocations_of, index_id_refusal
 
 
@@ -40,10 +41,13 @@ class LayoutRequest(object):
     for where pod-resources cannot be read (see :func:`allocations_of`). Instances that pods hold
     are busy for the planner whether or not a process runs on them. With ``evict`` (nvidia_mig_layout's option, set
     by the role's in-place switch on a Kubernetes node) the plan may still take them, as few as possible, and names
-    the pods to evict before the apply; the apply itself never runs with ``evict``.
+    the pods to evict before the apply; the apply itself never runs with ``evict``. ``drain`` (with ``evict``: the
+    role's drain and drain fallback) names every pod that holds any device of the host's GPUs, by the same
+    allocations (_pod_allocations.allocations_of), so a drain sees renamed resources and DRA claims as in place does.
     """
 
-    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evict=False):
+    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evict=False,
+                 drain=False):
         self.name = name
         self.entries = entries
         self.unmatched = unmatched
@@ -51,6 +55,7 @@ class LayoutRequest(object):
         self.pod_devices = pod_devices or []
         self.pid_pods = pid_pods or {}
         self.evict = evict
+        self.drain = drain
 
 
 class GpuDecision(object):
@@ -189,11 +194,12 @@ class GpuDecision(object):
 class HostDecision(object):
     """Every GPU of a host against one layout."""
 
-    def __init__(self, request, gpus, unmatched, skipped):
+    def __init__(self, request, gpus, unmatched, skipped, holders=None):
         self.request = request
         self.gpus = gpus
         self.unmatched = unmatched
         self.skipped = skipped
+        self.holders = holders or HostHolders()
 
     @property
     def in_layout(self):
@@ -204,9 +210,13 @@ class HostDecision(object):
         return any(g.reboot_required for g in self.gpus)
 
     def pods_to_evict(self):
-        pods = []
+        """The pods that must be gone before the apply: those on what the plan takes (in place) or, with the
+        request's ``drain`` and ``evict``, every pod that holds any GPU or instance of the host."""
+        pods = set()
         for gpu in self.gpus:
-            pods.extend(p for p in gpu.pods_to_evict() if p not in pods)
+            pods.update(gpu.pods_to_evict())
+        if self.request.drain and self.request.evict:
+            pods.update(self.holders.pods())
         return sorted(pods)
 
     def eviction_reasons(self):
@@ -215,6 +225,8 @@ class HostDecision(object):
         for gpu in self.gpus:
             for pod, reason in sorted(gpu.eviction_reasons().items()):
                 reasons[pod] = '%s; %s' % (reasons[pod], reason) if pod in reasons else reason
+        for pod in self.pods_to_evict():
+            reasons.setdefault(pod, 'holds a GPU device of the host (drain: every pod that holds one goes)')
         return reasons
 
 
@@ -226,7 +238,7 @@ def decide(host, request):
     holders = allocations_of(host, request.pod_devices, request.pid_pods)
     decisions = [GpuDecision(by_index[match['index']], match, request, holders.of(by_index[match['index']].uuid), host.gpus)
                  for match in matched['gpus']]
-    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
+    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'], holders)
 
 
 def in_layout_by_uuid(host, request):

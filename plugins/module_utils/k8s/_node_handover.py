@@ -141,8 +141,47 @@ class SwitchMode(object):
         """Whether the hand-over cordons the node (every mode but create_only)."""
         return self.mode is not None and self.mode != 'create_only'
 
+    @property
+    def decide_again(self):
+        """Whether the host decides again after the cordon (in place and drain: the pods to evict are named by the host,
+        from pod-resources, by device id; repack and create_only evict nobody)."""
+        return self.mode in ('in_place', 'drain')
+
+    @property
+    def drain(self):
+        """Whether the host names every pod that holds a device of its GPUs (nvidia_mig_layout's drain)."""
+        return self.mode == 'drain'
+
     def as_dict(self):
-        return {'mode': self.mode, 'reason': self.reason, 'problem': self.problem(), 'cordon': self.cordon}
+        return {'mode': self.mode, 'reason': self.reason, 'problem': self.problem(), 'cordon': self.cordon,
+                'decide_again': self.decide_again, 'drain': self.drain, 'pod_resources_read': self.read}
+
+
+def pod_resources_use(k8s, switch, drain_fallback, decision=None, applied=None):
+    """How the host reads the kubelet's pod-resources through a change, and what the hand-back compares.
+
+    ``decide``: nvidia_mig_layout's pod_resources for the decisions: off a Kubernetes node ``auto`` (read where a
+    kubelet runs); on one, ``required`` for in place (which pod holds which instance is its whole point) unless
+    the drain fallback is allowed, ``auto`` for a drain (it reads them too: a renamed resource or a DRA claim is
+    seen only there; no socket at all, and the drain refuses the pods it cannot see, _node_evictions).
+    ``apply``: the apply reads them as the decision did (a decision that could not read them, the drain fallback,
+    applies with ``off``; every other apply reads them again under the host lock, so it never destroys a held
+    instance). ``compare_ids``: after the change the kubelet's advertised device ids are compared as sets with
+    what the apply expects, where the apply says which ids it expects and the host read the kubelet
+    (otherwise the node's allocatable counts, which a stale plugin passes).
+    """
+    if switch not in SWITCHES:
+        raise HandoverError('mig_layout_k8s_switch must be one of %s, not %r' % (', '.join(SWITCHES), switch))
+    if not k8s:
+        decide = 'auto'
+    elif switch == 'drain' or drain_fallback:
+        decide = 'auto'
+    else:
+        decide = 'required'
+    read = bool(((decision or {}).get('pod_resources') or {}).get('read'))
+    apply = 'off' if k8s and decision is not None and not read else decide
+    compare_ids = bool(applied) and applied.get('expected_device_ids') is not None and read
+    return {'decide': decide, 'apply': apply, 'compare_ids': compare_ids}
 
 
 # The package missing_required_lib names when pynvml cannot be imported (_module_support.run_module).

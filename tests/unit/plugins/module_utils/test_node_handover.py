@@ -577,3 +577,68 @@ def test_unmet_demand_event_names_and_notes_stay_within_the_api_limits():
     made = node_events.unmet_demand_events({'ml/' + long_name: [WHY] * 20}, [pod(long_name)], [], STAMP)['create'][0]
     assert len(made['metadata']['name']) <= 253 and made['metadata']['name'].endswith(made['metadata']['name'][-16:])
     assert len(made['note']) == node_events.EVENT_NOTE_LIMIT and made['note'].endswith('...')
+
+
+# ---- issue 27, section 1: one rule for in place, drain and the drain fallback -----------------------------------
+
+def _dra_pod(name):
+    claimed = pod(name, gpu=None)
+    claimed['spec']['resourceClaims'] = [{'name': 'gpu', 'resourceClaimTemplateName': 'one-mig'}]
+    return claimed
+
+
+def test_drain_evicts_the_pods_the_host_names_whatever_they_request():
+    # An idle DRA pod and a renamed resource's pod request no GPU by name: the host's decision (drain=true) names them.
+    pods = [pod('a'), _dra_pod('claimed'), pod('renamed', gpu='nvidia.com/small-gpu'), pod('cpu', gpu=None)]
+    plan = node_evictions.EvictionPlan(pods, 'drain', ['ml/claimed', 'uid:uid-renamed'], node=NODE)
+    assert [p['name'] for p in plan.evict] == ['a', 'claimed', 'renamed'] and plan.problem() is None
+
+
+def test_drain_without_pod_resources_refuses_pods_that_may_hold_a_gpu_unseen():
+    pods = [pod('a'), _dra_pod('claimed'), pod('renamed', gpu='nvidia.com/small-gpu'), pod('cpu', gpu=None)]
+    plan = node_evictions.EvictionPlan(pods, 'drain', [], node=NODE, pod_resources_read=False)
+    assert [p['name'] for p in plan.evict] == ['a']
+    assert [r['pod'] for r in plan.refused] == ['ml/claimed', 'ml/renamed']
+    assert 'whether it holds a GPU is unknown' in plan.problem() and 'nobody was evicted' in plan.problem()
+    # Where pod-resources were read, a pod they do not name holds nothing: not refused, not evicted.
+    read = node_evictions.EvictionPlan(pods, 'drain', [], node=NODE)
+    assert [p['name'] for p in read.evict] == ['a'] and read.refused == []
+
+
+# ---- issue 27, section 4: what the role's YAML used to decide ------------------------------------------------
+
+def test_in_place_and_drain_decide_again_and_only_a_drain_names_every_holder():
+    read = {'read': True}
+    assert h.SwitchMode('in_place', read).as_dict()['decide_again'] is True
+    assert h.SwitchMode('in_place', read).as_dict()['drain'] is False
+    assert h.SwitchMode('drain', read).as_dict()['decide_again'] is True and h.SwitchMode('drain', read).drain is True
+    assert h.SwitchMode('in_place', {'read': False}, drain_fallback=True).as_dict()['drain'] is True
+    for quiet in (h.SwitchMode('in_place', read, repack=True), h.SwitchMode('in_place', read, create_only=True)):
+        assert quiet.decide_again is False and quiet.drain is False
+
+
+@pytest.mark.parametrize('k8s, switch, fallback, decide', [
+    (False, 'in_place', False, 'auto'), (True, 'in_place', False, 'required'), (True, 'in_place', True, 'auto'),
+    (True, 'drain', False, 'auto'), (True, 'drain', True, 'auto')])
+def test_the_decisions_read_pod_resources_as_the_switch_needs(k8s, switch, fallback, decide):
+    assert h.pod_resources_use(k8s, switch, fallback)['decide'] == decide
+
+
+def test_the_apply_reads_pod_resources_as_the_decision_did():
+    # Breaking this line of the role (an apply with pod_resources off) would let an apply destroy a held instance.
+    assert h.pod_resources_use(True, 'in_place', False, {'pod_resources': {'read': True}})['apply'] == 'required'
+    assert h.pod_resources_use(True, 'drain', False, {'pod_resources': {'read': True}})['apply'] == 'auto'
+    # Only a decision that could not read them (the drain fallback) applies without.
+    assert h.pod_resources_use(True, 'in_place', True, {'pod_resources': {'read': False}})['apply'] == 'off'
+    assert h.pod_resources_use(False, 'in_place', False, {'pod_resources': {'read': False}})['apply'] == 'auto'
+
+
+def test_the_hand_back_compares_device_ids_where_the_apply_names_them_and_the_kubelet_was_read():
+    decision = {'pod_resources': {'read': True}}
+    applied = {'expected_device_ids': {'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-a'], 'index': ['0:0']}}}
+    assert h.pod_resources_use(True, 'in_place', False, decision, applied)['compare_ids'] is True
+    assert h.pod_resources_use(True, 'in_place', False, decision, {})['compare_ids'] is False
+    assert h.pod_resources_use(True, 'in_place', True, {'pod_resources': {'read': False}}, applied)['compare_ids'] is False
+    assert h.pod_resources_use(True, 'in_place', False, decision, None)['compare_ids'] is False
+    with pytest.raises(h.HandoverError, match='must be one of in_place, drain'):
+        h.pod_resources_use(True, 'evict-all', False)

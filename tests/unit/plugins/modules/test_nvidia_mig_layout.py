@@ -853,3 +853,31 @@ def test_a_decision_that_passes_then_a_failed_apply_keeps_the_declared_layout(si
     applied, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))
     assert failed and 'NVML_ERROR_UNKNOWN' in applied['msg']
     assert boot_state(host_paths) == declared
+
+
+def test_a_renamed_resource_keeps_its_instance_and_is_named_when_it_goes(simulated_host, run_module, host_paths, kubelet_with):
+    # Issue 27: the device_plugin role's rename (nvidia.com/small-gpu) holds a MIG UUID as surely as nvidia.com/mig-1g.10gb.
+    host = seven_small(simulated_host)
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [3], resource='nvidia.com/small-gpu'))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket))
+    assert failed and 'allocated to pod(s) team/p3' in result['msg'] and mutating_calls(host) == []
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed and result['pods_to_evict'] == ['team/p3'] and result['pod_resources']['pods'] == ['team/p3']
+
+
+def test_drain_names_every_pod_that_holds_a_device_of_the_gpus(simulated_host, run_module, host_paths, kubelet_with):
+    # A drain decides from the same allocations as in place: a kept instance's pod goes too, a renamed one included.
+    host = seven_small(simulated_host)
+    uuids = mig_uuids(run_module)
+    socket = kubelet_with(pods_on(uuids, [0]) + pods_on(uuids, [1], resource='nvidia.com/small-gpu'))
+    keep = {'keep': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 3, '3g.40gb': 1}}]}
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, keep, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed and result['pods_to_evict'] == []
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, keep, pod_resources_socket=socket,
+                                                                    apply=False, evict=True, drain=True))
+    assert not failed and result['pods_to_evict'] == ['team/p0', 'team/p1'], result
+    assert 'drain' in result['eviction_reasons']['team/p1']
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, keep, drain=True, apply=False))
+    assert failed and 'set evict=true' in result['msg'] and mutating_calls(host) == []
