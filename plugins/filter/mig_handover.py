@@ -43,14 +43,14 @@ def mig_handover_decision_retry(message, k8s, install_dependencies, drain_fallba
     return handover.decision_retry(message, k8s, install_dependencies, drain_fallback)
 
 
-def mig_handover_node(node, layout, components=handover.DEFAULT_COMPONENTS, cordon=True):
+def mig_handover_node(node, layout, components=handover.DEFAULT_COMPONENTS, cordon=True, pause_timeout=300):
     """The node's start, rebooting and success patches and its components, from the node as found."""
-    return _call(handover.NodeHandover, node, layout, components, cordon).as_dict()
+    return _call(handover.NodeHandover, node, layout, components, cordon, pause_timeout).as_dict()
 
 
-def mig_handover_failure(node_handover, reason, gpu_changed):
+def mig_handover_failure(node_handover, reason, gpu_changed, applied=None):
     """The failed-change patch and whether to uncordon, from mig_handover_node's value."""
-    return handover.failure(node_handover, reason, gpu_changed)
+    return handover.failure(node_handover, reason, gpu_changed, applied)
 
 
 def mig_handover_failure_outcome(failed, node, write_error=None, uncordon_error=None):
@@ -73,6 +73,11 @@ def mig_handover_eviction_problem(results, node='', dry_run=True):
 def mig_handover_paused_left(pods, paused_labels):
     """The pods of paused components still on the node."""
     return handover.paused_pods_left(pods, paused_labels)
+
+
+def mig_handover_paused_wait(listed, paused_labels, node='', timeout=0):
+    """Where the wait for the paused components' pods stands (done, left, problem), from the k8s_info result."""
+    return handover.paused_wait(listed, paused_labels, node, timeout)
 
 
 def mig_handover_pods_left(pods, evicted=None):
@@ -122,6 +127,7 @@ class FilterModule(object):
             'mig_handover_evictions': mig_handover_evictions,
             'mig_handover_eviction_problem': mig_handover_eviction_problem,
             'mig_handover_paused_left': mig_handover_paused_left,
+            'mig_handover_paused_wait': mig_handover_paused_wait,
             'mig_handover_pods_left': mig_handover_pods_left,
             'mig_handover_advertised': mig_handover_advertised,
             'mig_handover_allocatable_short': mig_handover_allocatable_short,

@@ -319,6 +319,13 @@ gpu_states:
   returned: failure of an apply
   type: list
   elements: dict
+gpus_changed:
+  description:
+    - On a failed apply, whether an NVML change may have been made (V(false) only when the apply was refused before the first
+      one: the mig_layout role then hands the Kubernetes node back uncordoned).
+      Absent where unknown (an unexpected error), which counts as changed.
+  returned: failure of an apply
+  type: bool
 clients_stopped:
   description: GPU client services stopped during the change and started again.
   returned: always
@@ -385,6 +392,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record imp
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -544,10 +552,14 @@ def main_body(module):
 
     apply = params['apply'] and not module.check_mode
     clients = []
+    # Set once the GPUs are about to change (the clients are stopped, the first NVML mutation follows): a failure
+    # before it changed no GPU, which the role's hand-back needs to know (gpus_changed).
+    gpus_reached = []
 
     @contextlib.contextmanager
     def hold_clients():
         with systemd.stopped(params['gpu_clients']) as stopped:
+            gpus_reached.append(True)
             yield stopped
             clients.extend(stopped)
 
@@ -566,7 +578,11 @@ def main_body(module):
                 record_apply(paths.config_dir, request.name, 'failed', 'ansible', str(exc))
                 refresh_metrics(module, backend.read_host(), paths, request)
             if getattr(exc, 'gpus', None):
-                module.fail_json(msg=str(exc), gpu_states=exc.gpus, clients_stopped=clients)
+                module.fail_json(msg=str(exc), gpu_states=exc.gpus, clients_stopped=clients,
+                                 gpus_changed=any(state['status'] in ('applied', 'failed') for state in exc.gpus))
+            if not gpus_reached and isinstance(exc, GpufleetError):
+                # Refused before any NVML change (a busy instance, a pod in the way): the host is exactly as it was.
+                module.fail_json(msg=str(exc), clients_stopped=clients, gpus_changed=False)
             raise
         if done:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')

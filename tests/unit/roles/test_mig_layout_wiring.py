@@ -75,20 +75,24 @@ def test_the_decision_after_the_cordon_is_the_switch_modes_and_names_every_holde
 
 
 def test_the_new_advertisement_is_awaited_and_compared_by_device_ids():
-    wait = _task('k8s_post.yml', 'Wait until the kubelet advertises exactly the MIG devices the GPUs hold')
+    wait = _task('k8s_advertised.yml', 'Wait until the kubelet advertises exactly the MIG devices the GPUs hold')
     assert _squash(wait['until']) == ('(mig_layout__final.expected_device_ids | gpufleet.mig.mig_handover_advertised('
                                       'mig_layout__kubelet_ids, mig_layout_k8s_device_id_strategy)).matches')
     assert 'mig_layout__compare_ids' in wait['when'] and 'not mig_layout__compare_ids' not in wait['when']
     assert wait['gpufleet.mig.nvidia_mig_facts']['kubelet_allocatable'] is True
-    check = _task('k8s_post.yml', 'Require the kubelet to advertise exactly what the GPUs hold')
+    check = _task('k8s_advertised.yml', 'Require the kubelet to advertise exactly what the GPUs hold')
     assert check['ansible.builtin.assert']['that'] == 'mig_layout__advertised.matches'
     assert 'gpufleet.mig.mig_handover_advertised(' in check['vars']['mig_layout__advertised']
-    counts = _task('k8s_post.yml', 'Wait until the node advertises as many instances as the GPUs hold')
+    counts = _task('k8s_advertised.yml', 'Wait until the node advertises as many instances as the GPUs hold')
     assert 'not mig_layout__compare_ids' in counts['when']
     variables = _load('vars', 'main.yml')
     assert variables['mig_layout__compare_ids'] == '{{ mig_layout__pod_resources.compare_ids }}'
-    assert variables['mig_layout__final'] == (
-        '{{ mig_layout__reapplied if mig_layout__reapplied.resources is defined else mig_layout__applied }}')
+    assert _squash(variables['mig_layout__final']) == (
+        '{{ mig_layout__reapplied if mig_layout__reapplied.resources is defined else mig_layout__applied | default(mig_layout__decision) }}')
+    # After a change, the hand-back awaits it before the uncordon.
+    post = [t.get('name') for t in _load('tasks', 'k8s_post.yml')]
+    assert post.index('Wait until the kubelet advertises what the GPUs hold') < post.index('Return the Kubernetes node to service')
+    assert _task('k8s_post.yml', 'Wait until the kubelet advertises what the GPUs hold')['ansible.builtin.include_tasks'] == 'k8s_advertised.yml'
 
 
 def test_every_eviction_is_tried_as_a_dry_run_first_with_the_same_pods():
@@ -103,3 +107,64 @@ def test_every_eviction_is_tried_as_a_dry_run_first_with_the_same_pods():
             else:
                 assert 'dry_run' not in args, (file_name, task['name'])
                 assert args['pods'] in tried, '%s: %r evicts without a dry run first' % (file_name, task['name'])
+
+
+# ---- issue 27, section 3 ----------------------------------------------------------------------------------
+
+def test_no_error_is_ignored_without_a_later_task_failing_on_it():
+    # ignore_errors only defers a failure to the task that explains it: that task reads the registered result.
+    folder = os.path.join(ROLE, 'tasks')
+    for file_name in sorted(os.listdir(folder)):
+        tasks = list(_tasks(_load('tasks', file_name)))
+        for position, task in enumerate(tasks):
+            if not task.get('ignore_errors'):
+                continue
+            registered = task.get('register')
+            assert registered, (file_name, task['name'])
+            later = ' '.join(str(t) for t in tasks[position + 1:])
+            assert registered in later, '%s: %r ignores errors that no later task reads' % (file_name, task['name'])
+        text = open(os.path.join(folder, file_name)).read()
+        assert 'component_pods.resources | default([])' not in text
+
+
+def test_the_paused_components_wait_is_decided_in_python_and_fails_on_a_listing_error():
+    wait = _task('k8s_pre.yml', "Wait until the paused components' pods are deleted from the node")
+    assert _squash(wait['until']) == ('(mig_layout__component_pods | gpufleet.mig.mig_handover_paused_wait('
+                                      'mig_layout__handover.components.pause | list)).done')
+    assert wait['retries'] == '{{ mig_layout__handover.components.wait_retries }}'
+    assert wait['when'] == 'mig_layout__handover.components.pause | length > 0 and not ansible_check_mode'
+    check = _task('k8s_pre.yml', "Require the paused components' pods to be gone before any GPU changes")
+    assert check['ansible.builtin.fail']['msg'] == '{{ mig_layout__paused_wait.problem }}'
+    assert check['when'] == 'mig_layout__paused_wait.problem is not none'
+    assert _squash(check['vars']['mig_layout__paused_wait']) == (
+        '{{ mig_layout__component_pods | gpufleet.mig.mig_handover_paused_wait(mig_layout__handover.components.pause | list, '
+        'mig_layout_k8s_node, mig_layout_k8s_pause_timeout) }}')
+    handover = _task('k8s_pre.yml', "Decide the node's labels, annotations and cordon through the change")
+    assert 'mig_layout__switch.cordon, mig_layout_k8s_pause_timeout) }}' in _squash(handover['ansible.builtin.set_fact']['mig_layout__handover'])
+
+
+def test_a_refused_request_writes_failed_before_the_run_fails():
+    names = [t.get('name') for t in _load('tasks', 'k8s_request.yml')]
+    write = _task('k8s_request.yml', 'Report the refused request on the node')
+    assert write['kubernetes.core.k8s']['definition'] == '{{ mig_layout__request.refusal }}'
+    assert write['when'] == 'mig_layout__request.refusal is not none'
+    assert names.index('Report the refused request on the node') < names.index('Refuse a label that names no layout of the catalog')
+
+
+def test_a_failure_hands_the_node_back_by_what_the_apply_says_it_touched():
+    task = _load('tasks', 'k8s_failed.yml')[0]
+    assert _squash(task['vars']['mig_layout__failed']) == (
+        '{{ mig_layout__handover | gpufleet.mig.mig_handover_failure(mig_layout__failure_reason, mig_layout__gpu_touched, '
+        'mig_layout__applied | default(none)) }}')
+
+
+def test_recovery_awaits_the_advertisement_before_the_uncordon():
+    tasks = _load('tasks', 'k8s_recover.yml')
+    names = [t.get('name') for t in tasks]
+    wait = 'Wait until the kubelet advertises what the GPUs hold before the node goes back into service'
+    assert names.index(wait) < names.index('Return the node to service')
+    assert tasks[names.index(wait)]['ansible.builtin.include_tasks'] == 'k8s_advertised.yml'
+    assert tasks[names.index(wait)]['when'] == 'mig_layout__recovery is not none and mig_layout__recovery.await_advertisement'
+    restore = _task('k8s_recover.yml', 'Restore the GPU components an earlier change left paused')
+    assert restore['kubernetes.core.k8s']['definition'] == '{{ mig_layout__recovery.restore }}'
+    assert [t['name'] for t in _tasks(tasks) if 'kubernetes.core.k8s_drain' in t] == ['Uncordon the node an earlier change left cordoned']

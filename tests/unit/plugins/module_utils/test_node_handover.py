@@ -492,16 +492,72 @@ def test_no_node_refused():
 def test_recovery_of_a_node_left_handed_over():
     left = node({'nvidia.com/gpu.deploy.device-plugin': h.PAUSED, 'nvidia.com/gpu.deploy.dcgm': 'false', h.STATE_LABEL: 'pending',
                  h.CONFIG_LABEL: 'daytime'}, {h.CORDON_ANNOTATION: 'daytime'}, unschedulable=True)
-    assert h.recovery(left, 'daytime') == {'uncordon': True, 'patch': {'metadata': {
-        'labels': {'nvidia.com/gpu.deploy.device-plugin': 'true', h.CONFIG_LABEL: 'daytime', h.STATE_LABEL: 'success'},
-        'annotations': {h.CORDON_ANNOTATION: None}}}}
+    # Components back first, the advertisement awaited, then uncordon and success (issue 27: recovery checks it first).
+    assert h.recovery(left, 'daytime') == {
+        'uncordon': True, 'await_advertisement': True,
+        'restore': {'metadata': {'labels': {'nvidia.com/gpu.deploy.device-plugin': 'true'}}},
+        'patch': {'metadata': {'labels': {h.CONFIG_LABEL: 'daytime', h.STATE_LABEL: 'success'},
+                               'annotations': {h.CORDON_ANNOTATION: None}}}}
     fine = node({h.STATE_LABEL: 'success', h.CONFIG_LABEL: 'daytime'})
     assert h.recovery(fine, 'daytime') is None
-    # Labelled for another layout: relabelled, not uncordoned.
-    assert h.recovery(fine, 'nighttime') == {'uncordon': False, 'patch': {'metadata': {
+    # Labelled for another layout: relabelled, not uncordoned, nothing to await.
+    assert h.recovery(fine, 'nighttime') == {'uncordon': False, 'await_advertisement': False, 'restore': None, 'patch': {'metadata': {
         'labels': {h.CONFIG_LABEL: 'nighttime', h.STATE_LABEL: 'success'}, 'annotations': {}}}}
-    # A node cordoned by someone else without our mark stays cordoned.
-    assert not h.recovery(node({h.STATE_LABEL: 'failed'}, unschedulable=True), 'daytime')['uncordon']
+    # A node cordoned by someone else without our mark stays cordoned; a failed one is awaited before it says success.
+    failed = h.recovery(node({h.STATE_LABEL: 'failed'}, unschedulable=True), 'daytime')
+    assert not failed['uncordon'] and failed['await_advertisement']
+
+
+# --- issue 27, section 3: the holes -------------------------------------------------------------------------
+
+def test_pause_timeout_zero_means_do_not_pause_and_a_negative_one_is_refused():
+    labels = {'nvidia.com/gpu.deploy.device-plugin': 'true', 'nvidia.com/gpu.deploy.dcgm': 'true'}
+    off = h.ComponentPause(labels, pause_timeout=0)
+    assert off.pause == {} and off.restore == {} and off.left_alone == ['nvidia.com/gpu.deploy.device-plugin', 'nvidia.com/gpu.deploy.dcgm']
+    start = h.NodeHandover(node(labels), 'daytime', pause_timeout=0).start()['metadata']['labels']
+    assert start == {h.STATE_LABEL: 'pending', h.CONFIG_LABEL: 'daytime'}
+    assert h.ComponentPause(labels, pause_timeout=301).wait_retries == 151
+    assert h.ComponentPause(labels, pause_timeout='1').as_dict()['wait_retries'] == 1
+    assert h.ComponentPause(labels).as_dict()['pause_timeout'] == 300
+    for bad in (-1, True, 'soon', 2.5):
+        with pytest.raises(h.HandoverError, match='mig_layout_k8s_pause_timeout'):
+            h.ComponentPause(labels, pause_timeout=bad)
+
+
+def test_the_paused_components_wait_fails_loudly_when_the_pods_cannot_be_listed():
+    paused = ['nvidia.com/gpu.deploy.dcgm']
+    # An API error is not "no pods": the change must not go on (issue 27: no default([]) masking).
+    errored = h.paused_wait({'failed': True, 'msg': 'Forbidden: pods is forbidden'}, paused, NODE, 300)
+    assert errored['done'] is False and 'listing the pods of node gpu-1 failed (Forbidden: pods is forbidden)' in errored['problem']
+    assert 'no GPU was changed' in errored['problem']
+    assert h.paused_wait({}, paused, NODE)['problem'] is not None
+    dcgm = pod('dcgm', namespace='gpu-operator', owner='DaemonSet', gpu=None, node_selector={'nvidia.com/gpu.deploy.dcgm': 'true'})
+    left = h.paused_wait({'resources': [dcgm, pod('a')]}, paused, NODE, 300)
+    assert left['left'] == ['gpu-operator/dcgm'] and not left['done'] and 'still run on node gpu-1 300 s' in left['problem']
+    assert h.paused_wait({'resources': [pod('a')]}, paused, NODE) == {'done': True, 'left': [], 'problem': None}
+    # Nothing paused: nothing to wait for; a wait skipped (check mode) is not a problem either.
+    assert h.paused_wait({'failed': True}, [], NODE)['problem'] is None
+    assert h.paused_wait({'skipped': True}, paused, NODE)['problem'] is None
+
+
+def test_a_refused_request_says_failed_with_the_reason_on_the_node():
+    request = h.LayoutRequest({h.CONFIG_LABEL: 'weekend', h.STATE_LABEL: 'success'}, 'daytime', True, ['daytime']).as_dict()
+    assert request['refusal'] == {'metadata': {'labels': {h.STATE_LABEL: 'failed'}, 'annotations': {
+        h.FAILURE_ANNOTATION: request['problem']}}}
+    assert h.LayoutRequest({h.CONFIG_LABEL: 'daytime'}, 'daytime', True, ['daytime']).as_dict()['refusal'] is None
+
+
+def test_an_apply_refused_before_any_nvml_change_hands_the_node_back_uncordoned():
+    found = h.NodeHandover(node({'nvidia.com/gpu.deploy.device-plugin': 'true'}), 'nighttime').as_dict()
+    refused = {'failed': True, 'msg': 'instance allocated to pod(s) ml/a', 'gpus_changed': False}
+    assert h.failure(found, 'refused', True, refused)['uncordon'] is True
+    assert h.gpu_touched(True, refused) is False
+    # Part-way, unknown (no gpus_changed: an unexpected error, an unreachable host) or after a successful apply: cordoned.
+    assert h.failure(found, 'half', True, {'failed': True, 'gpus_changed': True})['uncordon'] is False
+    assert h.gpu_touched(True, {'failed': True, 'msg': 'unexpected error'}) is True
+    assert h.gpu_touched(True, {'changed': True, 'reboot_required': True}) is True
+    assert h.gpu_touched(True, None) is True
+    assert h.gpu_touched(False, {'failed': True, 'gpus_changed': True}) is False
 
 
 # --- Events (section 3) ------------------------------------------------------------------------------

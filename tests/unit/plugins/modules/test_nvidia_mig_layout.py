@@ -390,6 +390,8 @@ def test_an_allocated_idle_instance_is_never_destroyed_by_a_direct_run(simulated
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket))
     assert failed and 'allocated to pod(s) team/p3' in result['msg'] and 'never destroyed' in result['msg']
     assert mutating_calls(host) == []
+    # Refused before any NVML change: the role hands the node back uncordoned (issue 27).
+    assert result['gpus_changed'] is False
 
 
 def test_evict_decision_names_only_the_pods_on_instances_that_go(simulated_host, run_module, host_paths, kubelet_with):
