@@ -134,6 +134,14 @@ options:
       - Needs O(apply=false); the apply itself keeps every held instance.
     type: bool
     default: false
+  defer_pending:
+    description:
+      - A MIG mode change that would stay pending until a reboot is set back at once on that GPU (action C(revert_mig_mode)),
+        the layout is not declared, and RV(reboot_required) is true. The P(gpufleet.mig.mig_layout#role) role drains the
+        Kubernetes node first, then applies again without this option, so the new layout and the pending mode are declared
+        only once the drain succeeded.
+    type: bool
+    default: false
   drain:
     description:
       - With O(evict), RV(pods_to_evict) names every pod that holds any device of the host's GPUs (the role's drain and
@@ -189,7 +197,9 @@ in_layout:
   returned: always
   type: bool
 reboot_required:
-  description: A MIG mode change is pending and only a GPU reset (not allowed or refused) or a reboot applies it.
+  description:
+    - A MIG mode change is pending and only a GPU reset (not allowed or refused) or a reboot applies it; with
+      O(defer_pending), also when such a change was set back (RV(actions) has C(revert_mig_mode)).
   returned: always
   type: bool
 gpus:
@@ -389,7 +399,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_install, _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, deferred_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
@@ -544,7 +554,7 @@ def main_body(module):
     systemd = Systemd(module, params['systemd'])
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            evict=params['evict'], drain=params['drain'])
+                            evict=params['evict'], drain=params['drain'], defer_pending=params['defer_pending'])
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
@@ -584,13 +594,14 @@ def main_body(module):
                 # Refused before any NVML change (a busy instance, a pod in the way): the host is exactly as it was.
                 module.fail_json(msg=str(exc), clients_stopped=clients, gpus_changed=False)
             raise
-        if done:
+        deferred = deferred_gpus(done)
+        if done and not deferred:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
         # The declared layout (and the boot unit that names it) becomes this one only once the host
         # holds it or the apply brought it there (a mode pending a reboot included): after a decision
         # alone, or a refused change, a reboot still applies the previous one.
         files = []
-        if params['apply'] or before.in_layout:
+        if (params['apply'] and not deferred) or before.in_layout:
             files = keep_files(module, systemd, paths, request)
             refresh_metrics(module, host, paths, request)
     resources = node_resources(host)
@@ -602,7 +613,7 @@ def main_body(module):
         changed=bool(done) or bool(files) or (module.check_mode and params['apply'] and not before.in_layout),
         layout=request.name,
         in_layout=final.in_layout,
-        reboot_required=final.reboot_required,
+        reboot_required=final.reboot_required or bool(deferred),
         gpus=[g.as_dict() for g in before.gpus],
         actions=done,
         unmatched_gpus=before.unmatched,
@@ -642,6 +653,7 @@ def main():
         metrics_dir=dict(type='path', default=''),
         evict=dict(type='bool', default=False),
         drain=dict(type='bool', default=False),
+        defer_pending=dict(type='bool', default=False),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)

@@ -44,10 +44,12 @@ class LayoutRequest(object):
     the pods to evict before the apply; the apply itself never runs with ``evict``. ``drain`` (with ``evict``: the
     role's drain and drain fallback) names every pod that holds any device of the host's GPUs, by the same
     allocations (_pod_allocations.allocations_of), so a drain sees renamed resources and DRA claims as in place does.
+    ``defer_pending``: a GPU whose MIG mode change would stay pending until a reboot gets its mode set back at once
+    (action ``revert_mig_mode``): nothing is left pending on it before the role has drained the node for the reboot.
     """
 
     def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evict=False,
-                 drain=False):
+                 drain=False, defer_pending=False):
         self.name = name
         self.entries = entries
         self.unmatched = unmatched
@@ -56,6 +58,7 @@ class LayoutRequest(object):
         self.pid_pods = pid_pods or {}
         self.evict = evict
         self.drain = drain
+        self.defer_pending = defer_pending
 
 
 class GpuDecision(object):
@@ -230,6 +233,11 @@ class HostDecision(object):
         return reasons
 
 
+def deferred_gpus(done):
+    """The GPUs whose mode change was set back because it would stay pending until a reboot (``defer_pending``)."""
+    return sorted(set(a['gpu'] for a in done or [] if a.get('action') == 'revert_mig_mode'))
+
+
 def decide(host, request):
     """Pure: the host's GPUs (_host_model.Host) against ``request``. Raises on anything that
     cannot be applied (a busy instance the layout drops, a profile the GPU does not offer, ...)."""
@@ -287,7 +295,8 @@ def converge(backend, request, apply=True, hold_clients=None, host=None):
         done = apply_gpus(backend, before.gpus, lambda decision, gpu_done: _apply_gpu(backend, decision, request, gpu_done))
     host = backend.read_host()
     after = decide(host, request)
-    wrong = [g for g in after.gpus if not g.in_layout and not g.reboot_required]
+    deferred = deferred_gpus(done)
+    wrong = [g for g in after.gpus if not g.in_layout and not g.reboot_required and g.index not in deferred]
     if wrong:
         raise ApplyError('after applying layout %s, GPU(s) %s do not hold it: %s' % (
             request.name, ', '.join(str(g.index) for g in wrong),
@@ -331,6 +340,11 @@ def _apply_gpu(backend, decision, request, done):
         outcome = change_mode(backend, decision.mode, report_refused_reset=True)
         done.append(dict(outcome, action='set_mig_mode', gpu=index))
         if outcome['reset_required']:
+            if request.defer_pending and outcome['after']['pending'] != decision.gpu.mig_mode.pending:
+                # Pending until a reboot, which needs the node drained first: not left pending before that.
+                backend.set_mig_mode(index, decision.gpu.mig_mode.pending == 'enabled')
+                done.append({'action': 'revert_mig_mode', 'gpu': index, 'mode': decision.gpu.mig_mode.pending,
+                             'pending_reason': outcome.get('pending_reason')})
             return
     plan = decision.plan
     gpu = decision.gpu

@@ -168,3 +168,16 @@ def test_recovery_awaits_the_advertisement_before_the_uncordon():
     restore = _task('k8s_recover.yml', 'Restore the GPU components an earlier change left paused')
     assert restore['kubernetes.core.k8s']['definition'] == '{{ mig_layout__recovery.restore }}'
     assert [t['name'] for t in _tasks(tasks) if 'kubernetes.core.k8s_drain' in t] == ['Uncordon the node an earlier change left cordoned']
+
+
+def test_on_the_reboot_path_the_layout_and_pending_mode_are_declared_only_after_the_drain():
+    tasks = _load('tasks', 'apply.yml')
+    first = _task('apply.yml', 'Apply the layout (the module verifies the GPUs afterwards)')
+    assert first['gpufleet.mig.nvidia_mig_layout']['defer_pending'] == '{{ mig_layout__k8s }}'
+    reboot = [t for t in tasks if t.get('name') == 'Reboot so that the pending MIG mode takes effect, then apply again'][0]
+    names = [t.get('name') for t in reboot['block']]
+    declare = 'Declare the layout and leave the MIG mode pending for the reboot'
+    assert names.index('Drain the Kubernetes node before the reboot') < names.index(declare) < names.index('Reboot the host')
+    args = reboot['block'][names.index(declare)]['gpufleet.mig.nvidia_mig_layout']
+    assert args['apply'] is True and 'defer_pending' not in args
+    assert reboot['block'][names.index(declare)]['when'] == 'mig_layout__k8s'

@@ -883,3 +883,18 @@ def test_drain_names_every_pod_that_holds_a_device_of_the_gpus(simulated_host, r
     assert 'drain' in result['eviction_reasons']['team/p1']
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, keep, drain=True, apply=False))
     assert failed and 'set evict=true' in result['msg'] and mutating_calls(host) == []
+
+
+def test_defer_pending_leaves_nothing_pending_and_declares_nothing_until_the_drain(simulated_host, run_module, host_paths):
+    # Issue 27: on the reboot path the new layout and the pending mode are declared only after the drain succeeded.
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'clients': ['nvidia-persistenced']}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, allow_reset=False, defer_pending=True))
+    assert not failed, result
+    assert result['reboot_required'] and not result['in_layout'] and result['files'] == []
+    assert [a['action'] for a in result['actions']] == ['set_mig_mode', 'revert_mig_mode']
+    assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'disabled'}
+    assert not os.path.exists(os.path.join(host_paths['config_dir'], 'layout.json'))
+    # After the drain: the same apply without defer_pending leaves the mode pending and declares the layout.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, allow_reset=False))
+    assert not failed and result['reboot_required'] and result['files']
+    assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'enabled'}
