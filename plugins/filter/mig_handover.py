@@ -38,6 +38,11 @@ def mig_handover_pod_resources(k8s, switch, drain_fallback=False, decision=None,
     return _call(handover.pod_resources_use, k8s, switch, drain_fallback, decision, applied)
 
 
+def mig_handover_other_owners(node, resource_slices=()):
+    """Who else manages MIG on the node (the GPU operator's MIG manager, NVIDIA's DRA driver with dynamic MIG), in words."""
+    return handover.other_owners(node, resource_slices)
+
+
 def mig_handover_decision_retry(message, k8s, install_dependencies, drain_fallback):
     """Whether a failed decision call may be retried after installing packages, or as a drain."""
     return handover.decision_retry(message, k8s, install_dependencies, drain_fallback)
@@ -120,6 +125,7 @@ class FilterModule(object):
             'mig_handover_scope': mig_handover_scope,
             'mig_handover_switch': mig_handover_switch,
             'mig_handover_node': mig_handover_node,
+            'mig_handover_other_owners': mig_handover_other_owners,
             'mig_handover_pod_resources': mig_handover_pod_resources,
             'mig_handover_decision_retry': mig_handover_decision_retry,
             'mig_handover_failure': mig_handover_failure,

@@ -188,6 +188,32 @@ def pod_resources_use(k8s, switch, drain_fallback, decision=None, applied=None):
 PYNVML_PACKAGE = 'nvidia-ml-py'
 
 
+# The node label the GPU operator sets where its MIG manager owns the node's MIG layout.
+MIG_MANAGER_LABEL = DEPLOY_PREFIX + 'mig-manager'
+
+
+def other_owners(node, resource_slices=()):
+    """Who else manages MIG on the node (two owners would undo each other's layouts), in words; empty when nobody.
+
+    The GPU operator's MIG manager (node label nvidia.com/gpu.deploy.mig-manager=true), and NVIDIA's DRA driver with
+    dynamic MIG: its ResourceSlices (``resource_slices``, every version the API server serves, read for the node and
+    the driver gpu.nvidia.com) publish partitionable devices through ``spec.sharedCounters`` (KEP-4815), and the
+    driver then creates and destroys MIG partitions itself.
+    """
+    labels = ((node or {}).get('metadata') or {}).get('labels') or {}
+    owners = []
+    if labels.get(MIG_MANAGER_LABEL) == 'true':
+        owners.append('the GPU operator MIG manager (node label %s=true)' % MIG_MANAGER_LABEL)
+    dynamic = []
+    for item in resource_slices or ():
+        name = ((item or {}).get('metadata') or {}).get('name')
+        if ((item or {}).get('spec') or {}).get('sharedCounters') and name not in dynamic:
+            dynamic.append(name)
+    if dynamic:
+        owners.append("NVIDIA's DRA driver with dynamic MIG (ResourceSlices %s publish partitionable devices)" % ', '.join(dynamic))
+    return owners
+
+
 def decision_retry(message, k8s, install_dependencies, drain_fallback):
     """Whether the role may decide again after the decision call failed with ``message``, and how.
 

@@ -181,3 +181,11 @@ def test_on_the_reboot_path_the_layout_and_pending_mode_are_declared_only_after_
     args = reboot['block'][names.index(declare)]['gpufleet.mig.nvidia_mig_layout']
     assert args['apply'] is True and 'defer_pending' not in args
     assert reboot['block'][names.index(declare)]['when'] == 'mig_layout__k8s'
+
+
+def test_a_second_owner_of_mig_is_decided_in_python():
+    check = _task('k8s_pre.yml', 'Require the node to exist and no other owner of MIG on it')
+    assert 'mig_layout_allow_other_owner or mig_layout__other_owners | length == 0' in check['ansible.builtin.assert']['that']
+    assert _squash(check['vars']['mig_layout__other_owners']) == (
+        '{{ mig_layout__node.resources | first | default({}) | gpufleet.mig.mig_handover_other_owners( [mig_layout__dra_v1, '
+        "mig_layout__dra_v1beta2, mig_layout__dra_v1beta1] | map(attribute='resources', default=[]) | flatten) }}")

@@ -698,3 +698,17 @@ def test_the_hand_back_compares_device_ids_where_the_apply_names_them_and_the_ku
     assert h.pod_resources_use(True, 'in_place', False, decision, None)['compare_ids'] is False
     with pytest.raises(h.HandoverError, match='must be one of in_place, drain'):
         h.pod_resources_use(True, 'evict-all', False)
+
+
+def test_other_owners_of_mig_on_the_node():
+    assert h.other_owners(node()) == []
+    assert h.other_owners(node({h.MIG_MANAGER_LABEL: 'false'})) == []
+    assert h.other_owners(node({h.MIG_MANAGER_LABEL: 'true'})) == [
+        'the GPU operator MIG manager (node label nvidia.com/gpu.deploy.mig-manager=true)']
+    static = {'metadata': {'name': 'static'}, 'spec': {'devices': []}}
+    dynamic = {'metadata': {'name': 'dyn'}, 'spec': {'sharedCounters': [{'name': 'gpu-0'}]}}
+    empty = {'metadata': {'name': 'none'}, 'spec': {'sharedCounters': None}}
+    # The same slice seen through two API versions is named once.
+    assert h.other_owners(node(), [static, dynamic, empty, dynamic]) == [
+        "NVIDIA's DRA driver with dynamic MIG (ResourceSlices dyn publish partitionable devices)"]
+    assert len(h.other_owners(node({h.MIG_MANAGER_LABEL: 'true'}), [dynamic])) == 2
