@@ -332,7 +332,7 @@ gpu_states:
 gpus_changed:
   description:
     - On a failed apply, whether an NVML change may have been made (V(false) only when the apply was refused before the first
-      one: the mig_layout role then hands the Kubernetes node back uncordoned).
+      one; the mig_layout role then hands the Kubernetes node back uncordoned).
       Absent where unknown (an unexpected error), which counts as changed.
   returned: failure of an apply
   type: bool
