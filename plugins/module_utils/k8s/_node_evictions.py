@@ -36,7 +36,8 @@ class EvictionPlan(object):
     every pod that holds a device of the GPUs by id, renamed resources and DRA claims included, the same
     allocations as in place); where the host could not read pod-resources (``pod_resources_read`` false) a
     drain refuses, by name, a pod with a DRA claim or an extended resource that is no GPU resource, since
-    whether it holds a GPU is unknown (_pod_allocations: refuse rather than guess); repack and create_only, nobody; reboot, every running pod but the DaemonSets' and static pods (what
+    whether it holds a GPU is unknown (_pod_allocations: refuse rather than guess); repack and create_only,
+    nobody; reboot, every running pod but the DaemonSets' and static pods (what
     ``kubectl drain --ignore-daemonsets`` moves: a reboot ends them all, and those two come back with
     the node). A pod that a paused component's label schedules goes with the pause.
     A pod is refused, by name, before anything is evicted, when an eviction cannot move it as
