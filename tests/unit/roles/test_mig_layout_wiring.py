@@ -189,3 +189,18 @@ def test_a_second_owner_of_mig_is_decided_in_python():
     assert _squash(check['vars']['mig_layout__other_owners']) == (
         '{{ mig_layout__node.resources | first | default({}) | gpufleet.mig.mig_handover_other_owners( [mig_layout__dra_v1, '
         "mig_layout__dra_v1beta2, mig_layout__dra_v1beta1] | map(attribute='resources', default=[]) | flatten) }}")
+
+
+def test_a_drain_without_pod_resources_refuses_pods_it_cannot_see_before_any_eviction():
+    tasks = _load('tasks', 'k8s_pre.yml')
+    names = [t.get('name') for t in tasks]
+    guard = 'Refuse a drain that cannot see every pod that may hold a GPU'
+    assert names.index('Plan the layout on the host again, now that the node is cordoned') < names.index(guard)
+    assert names.index(guard) < names.index('Evict the pods on instances that go, all or none')
+    block = tasks[names.index(guard)]
+    assert block['when'] == 'mig_layout__switch.drain and not mig_layout__decision_cordoned.pod_resources.read'
+    refuse = block['block'][1]
+    assert refuse['ansible.builtin.fail']['msg'] == '{{ mig_layout__unseen.problem }}'
+    assert _squash(refuse['vars']['mig_layout__unseen']).endswith("mig_layout_k8s_node, false) }}")
+    assert "gpufleet.mig.mig_handover_evictions('drain', mig_layout__decision_cordoned.pods_to_evict," in _squash(
+        refuse['vars']['mig_layout__unseen'])
