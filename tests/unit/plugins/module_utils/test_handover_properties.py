@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Property tests of the no-kill invariant (issue 27, section 5) over generated nodes.
 
-A node: one or two A100-80GB GPUs with MIG on and 1g.10gb instances in random slices (or MIG off, whole); pods that
-hold a device by MIG UUID or by index id under a random resource name (NVIDIA's, a ``rename``d one, another
+A node: one or two A100-80GB GPUs, the first with MIG on and 1g.10gb instances in random slices, the second the same
+or with MIG off (a whole GPU); pods that hold a device (a MIG device, or the whole GPU) by UUID or by index id under
+a random resource name (NVIDIA's, a ``rename``d one, another
 vendor's), or through a DRA claim of NVIDIA's driver, some with a process on it; a target layout; a mode: in place,
 drain (pod-resources read), or the drain fallback (pod-resources not read: only the processes' cgroups name pods).
 Which pod holds what is known here from how the node was generated (by construction, none of the code under
@@ -42,9 +43,14 @@ MODES = ['in_place', 'drain', 'fallback']
 PROPERTY = settings(max_examples=120, deadline=None, derandomize=True)
 
 
-def _gpu(index, starts):
-    """GPU ``index`` (minor 10 + index) with a 1g.10gb instance at each start; MIG device UUID 'MIG-<gpu>-<start>'."""
+def _gpu(index, starts, mig=True):
+    """GPU ``index`` (minor 10 + index) with a 1g.10gb instance at each start; MIG device UUID 'MIG-<gpu>-<start>'.
+    ``mig`` false: MIG off, no instances (held whole, a start of None)."""
     data = model_gpu(MODEL).as_dict()
+    if not mig:
+        data.update(index=index, uuid='GPU-%d' % index, minor_number=10 + index, gpu_instances=[],
+                    mig_mode={'current': 'disabled', 'pending': 'disabled'})
+        return data
     profile_id = [p for p in data['profiles'] if p['name'] == '1g.10gb'][0]['id']
     data.update(index=index, uuid='GPU-%d' % index, minor_number=10 + index, gpu_instances=[])
     for position, start in enumerate(sorted(starts)):
@@ -58,10 +64,12 @@ def _gpu(index, starts):
 @st.composite
 def nodes(draw):
     """(host data, pods): each pod {'name', 'gpu', 'start', 'way' (uuid, index, dra), 'resource', 'pid'}."""
-    gpus = []
-    for index in range(draw(st.integers(1, 2))):
-        gpus.append(_gpu(index, draw(st.sets(st.integers(0, 6), max_size=7))))
+    gpus = [_gpu(0, draw(st.sets(st.integers(0, 6), max_size=7)))]
+    second = draw(st.sampled_from(['none', 'mig', 'whole']))
+    if second != 'none':
+        gpus.append(_gpu(1, draw(st.sets(st.integers(0, 6), max_size=7)), mig=second == 'mig'))
     held = [(g['index'], gi['placement']['start']) for g in gpus for gi in g['gpu_instances']]
+    held += [(g['index'], None) for g in gpus if g['mig_mode']['current'] == 'disabled']
     pods = []
     if held:
         for number in range(draw(st.integers(0, 5))):
@@ -79,6 +87,9 @@ def _host(gpus, pods):
         if pod['pid'] is None:
             continue
         gpu = [g for g in gpus if g['index'] == pod['gpu']][0]
+        if pod['start'] is None:
+            gpu.setdefault('processes', []).append({'pid': pod['pid'], 'used_memory_mib': 100})
+            continue
         gi = [gi for gi in gpu['gpu_instances'] if gi['placement']['start'] == pod['start']][0]
         gi['compute_instances'][0]['processes'].append({'pid': pod['pid'], 'used_memory_mib': 100})
     return Host.from_dict({'gpus': gpus})
@@ -86,6 +97,8 @@ def _host(gpus, pods):
 
 def _device_id(host, pod):
     gpu = host.gpus[pod['gpu']]
+    if pod['start'] is None:
+        return gpu.uuid if pod['way'] == 'uuid' else str(gpu.index)
     ci = [gi for gi in gpu.gpu_instances if gi.start == pod['start']][0].compute_instances[0]
     return ci.uuid if pod['way'] == 'uuid' else '%d:%d' % (gpu.index, ci.mig_index)
 
@@ -96,9 +109,10 @@ def _allocations(host, pods):
     for pod in pods:
         namespace, name = pod['name'].split('/')
         if pod['way'] == 'dra':
+            device = 'gpu-%d' % (10 + pod['gpu']) if pod['start'] is None else 'gpu-%d-mig-%d-%d-1' % (
+                10 + pod['gpu'], host.gpus[pod['gpu']].gpu_instances[0].profile_id, pod['start'])
             found.append({'namespace': namespace, 'pod': name, 'container': 'c', 'claim': '%s/gpu' % namespace,
-                          'driver': 'gpu.nvidia.com', 'pool': 'node', 'cdi_devices': [],
-                          'device': 'gpu-%d-mig-%d-%d-1' % (10 + pod['gpu'], host.gpus[pod['gpu']].gpu_instances[0].profile_id, pod['start'])})
+                          'driver': 'gpu.nvidia.com', 'pool': 'node', 'cdi_devices': [], 'device': device})
         else:
             found.append({'namespace': namespace, 'pod': name, 'container': 'c', 'resource': pod['resource'],
                           'device_ids': [_device_id(host, pod)]})
@@ -145,6 +159,7 @@ def _going(host, decision):
                 going.add((gpu.index, starts[action['gpu_instance_id']]))
             if action['action'] in ('set_mig_mode', 'reset_gpu'):
                 going.update((gpu.index, start) for start in starts.values())
+                going.add((gpu.index, None))
     return going, changed
 
 
@@ -181,8 +196,12 @@ def test_holding_is_by_device_id_under_any_resource_name(node):
     host = _host(gpus, pods)
     holders = allocations_of(host, _allocations(host, pods))
     for pod in pods:
+        held = holders.of(host.gpus[pod['gpu']].uuid)
+        if pod['start'] is None:
+            assert pod['name'] in held.gpu
+            continue
         gi = [gi for gi in host.gpus[pod['gpu']].gpu_instances if gi.start == pod['start']][0]
-        assert pod['name'] in holders.of(host.gpus[pod['gpu']].uuid).of_instance(gi.id)
+        assert pod['name'] in held.of_instance(gi.id)
     assert holders.pods() == sorted(set(p['name'] for p in pods))
 
 
@@ -192,6 +211,8 @@ def test_holding_is_by_device_id_under_any_resource_name(node):
          'halves', 'in_place')
 @example(([_gpu(0, [0, 1])], [{'name': 'ml/p0', 'gpu': 0, 'start': 1, 'way': 'dra', 'resource': RESOURCES[0], 'pid': None}]),
          'whole', 'drain')
+@example(([_gpu(0, [0]), _gpu(1, [], mig=False)], [{'name': 'ml/w', 'gpu': 1, 'start': None, 'way': 'index', 'resource': 'nvidia.com/small-gpu',
+                                                    'pid': None}]), 'seven', 'in_place')
 def test_no_held_instance_is_destroyed_unless_all_its_pods_are_evicted(node, layout, mode):
     gpus, pods = node
     _check(gpus, pods, layout, mode)
@@ -214,3 +235,9 @@ def test_an_idle_dra_pod_is_named_by_a_drain_and_refused_by_the_fallback():
     assert fallback.pods_to_evict() == []
     plan = node_evictions.EvictionPlan([_api_pod(pods[0])], 'drain', fallback.pods_to_evict(), pod_resources_read=False)
     assert plan.evict == [] and [r['pod'] for r in plan.refused] == ['ml/p0']
+
+
+def test_a_renamed_resource_holding_a_whole_gpu_is_evicted_before_its_mig_mode_changes():
+    pods = [{'name': 'ml/w', 'gpu': 1, 'start': None, 'way': 'index', 'resource': 'nvidia.com/small-gpu', 'pid': None}]
+    host = _host([_gpu(0, [0]), _gpu(1, [], mig=False)], pods)
+    assert decide(host, _request('seven', 'in_place', host, pods)).pods_to_evict() == ['ml/w']
