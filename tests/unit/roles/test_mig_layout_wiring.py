@@ -88,7 +88,8 @@ def test_the_new_advertisement_is_awaited_and_compared_by_device_ids():
     variables = _load('vars', 'main.yml')
     assert variables['mig_layout__compare_ids'] == '{{ mig_layout__pod_resources.compare_ids }}'
     assert _squash(variables['mig_layout__final']) == (
-        '{{ mig_layout__reapplied if mig_layout__reapplied.resources is defined else mig_layout__applied | default(mig_layout__decision) }}')
+        '{{ mig_layout__reapplied if mig_layout__reapplied.resources is defined else mig_layout__declared if '
+        'mig_layout__declared.resources is defined else mig_layout__applied | default(mig_layout__decision) }}')
     # After a change, the hand-back awaits it before the uncordon.
     post = [t.get('name') for t in _load('tasks', 'k8s_post.yml')]
     assert post.index('Wait until the kubelet advertises what the GPUs hold') < post.index('Return the Kubernetes node to service')
@@ -177,7 +178,10 @@ def test_on_the_reboot_path_the_layout_and_pending_mode_are_declared_only_after_
     reboot = [t for t in tasks if t.get('name') == 'Reboot so that the pending MIG mode takes effect, then apply again'][0]
     names = [t.get('name') for t in reboot['block']]
     declare = 'Declare the layout and leave the MIG mode pending for the reboot'
-    assert names.index('Drain the Kubernetes node before the reboot') < names.index(declare) < names.index('Reboot the host')
+    assert names.index('Drain the Kubernetes node before the reboot') < names.index(declare) < names.index('Reboot and apply again')
+    again = reboot['block'][names.index('Reboot and apply again')]
+    assert [t['name'] for t in again['block']][0] == 'Reboot the host'
+    assert again['when'] == 'mig_layout__declared is skipped or not mig_layout__declared.in_layout'
     args = reboot['block'][names.index(declare)]['gpufleet.mig.nvidia_mig_layout']
     assert args['apply'] is True and 'defer_pending' not in args
     assert reboot['block'][names.index(declare)]['when'] == 'mig_layout__k8s'
