@@ -33,19 +33,29 @@ def mig_handover_switch(pod_resources, switch, drain_fallback=False, repack=Fals
     return _call(handover.SwitchMode, switch, pod_resources, drain_fallback, repack, create_only).as_dict()
 
 
+def mig_handover_pod_resources(k8s, switch, drain_fallback=False, decision=None, applied=None):
+    """How the host reads pod-resources through a change (decide, apply) and whether the hand-back compares device ids."""
+    return _call(handover.pod_resources_use, k8s, switch, drain_fallback, decision, applied)
+
+
+def mig_handover_other_owners(node, resource_slices=()):
+    """Who else manages MIG on the node (the GPU operator's MIG manager, NVIDIA's DRA driver with dynamic MIG), in words."""
+    return handover.other_owners(node, resource_slices)
+
+
 def mig_handover_decision_retry(message, k8s, install_dependencies, drain_fallback):
     """Whether a failed decision call may be retried after installing packages, or as a drain."""
     return handover.decision_retry(message, k8s, install_dependencies, drain_fallback)
 
 
-def mig_handover_node(node, layout, components=handover.DEFAULT_COMPONENTS, cordon=True):
+def mig_handover_node(node, layout, components=handover.DEFAULT_COMPONENTS, cordon=True, pause_timeout=300):
     """The node's start, rebooting and success patches and its components, from the node as found."""
-    return _call(handover.NodeHandover, node, layout, components, cordon).as_dict()
+    return _call(handover.NodeHandover, node, layout, components, cordon, pause_timeout).as_dict()
 
 
-def mig_handover_failure(node_handover, reason, gpu_changed):
+def mig_handover_failure(node_handover, reason, gpu_changed, applied=None):
     """The failed-change patch and whether to uncordon, from mig_handover_node's value."""
-    return handover.failure(node_handover, reason, gpu_changed)
+    return handover.failure(node_handover, reason, gpu_changed, applied)
 
 
 def mig_handover_failure_outcome(failed, node, write_error=None, uncordon_error=None):
@@ -53,9 +63,11 @@ def mig_handover_failure_outcome(failed, node, write_error=None, uncordon_error=
     return handover.failure_outcome(failed, node, write_error, uncordon_error)
 
 
-def mig_handover_evictions(pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node=''):
+def mig_handover_evictions(pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node='',
+                           pod_resources_read=True):
     """The pods to evict and those refused (with the problem), from the node's pods after the cordon."""
-    return _call(node_evictions.EvictionPlan, pods, mode, pods_to_evict, force, delete_emptydir_data, paused_labels, node).as_dict()
+    return _call(node_evictions.EvictionPlan, pods, mode, pods_to_evict, force, delete_emptydir_data, paused_labels, node,
+                 pod_resources_read).as_dict()
 
 
 def mig_handover_eviction_problem(results, node='', dry_run=True):
@@ -66,6 +78,11 @@ def mig_handover_eviction_problem(results, node='', dry_run=True):
 def mig_handover_paused_left(pods, paused_labels):
     """The pods of paused components still on the node."""
     return handover.paused_pods_left(pods, paused_labels)
+
+
+def mig_handover_paused_wait(listed, paused_labels, node='', timeout=0):
+    """Where the wait for the paused components' pods stands (done, left, problem), from the k8s_info result."""
+    return handover.paused_wait(listed, paused_labels, node, timeout)
 
 
 def mig_handover_pods_left(pods, evicted=None):
@@ -108,12 +125,15 @@ class FilterModule(object):
             'mig_handover_scope': mig_handover_scope,
             'mig_handover_switch': mig_handover_switch,
             'mig_handover_node': mig_handover_node,
+            'mig_handover_other_owners': mig_handover_other_owners,
+            'mig_handover_pod_resources': mig_handover_pod_resources,
             'mig_handover_decision_retry': mig_handover_decision_retry,
             'mig_handover_failure': mig_handover_failure,
             'mig_handover_failure_outcome': mig_handover_failure_outcome,
             'mig_handover_evictions': mig_handover_evictions,
             'mig_handover_eviction_problem': mig_handover_eviction_problem,
             'mig_handover_paused_left': mig_handover_paused_left,
+            'mig_handover_paused_wait': mig_handover_paused_wait,
             'mig_handover_pods_left': mig_handover_pods_left,
             'mig_handover_advertised': mig_handover_advertised,
             'mig_handover_allocatable_short': mig_handover_allocatable_short,

@@ -140,6 +140,21 @@ options:
       - Needs O(apply=false); the apply itself keeps every held instance.
     type: bool
     default: false
+  defer_pending:
+    description:
+      - A MIG mode change that would stay pending until a reboot is set back at once on that GPU (action C(revert_mig_mode)),
+        the layout is not declared, and RV(reboot_required) is true. The P(gpufleet.mig.mig_layout#role) role drains the
+        Kubernetes node first, then applies again without this option, so the new layout and the pending mode are declared
+        only once the drain succeeded.
+    type: bool
+    default: false
+  drain:
+    description:
+      - With O(evict), RV(pods_to_evict) names every pod that holds any device of the host's GPUs (the role's drain and
+        drain fallback), found by device id from the same pod-resources as in place (renamed resources and DRA claims
+        included), or from the cgroups of the GPU processes where pod-resources were not read.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -188,7 +203,9 @@ in_layout:
   returned: always
   type: bool
 reboot_required:
-  description: A MIG mode change is pending and only a GPU reset (not allowed or refused) or a reboot applies it.
+  description:
+    - A MIG mode change is pending and only a GPU reset (not allowed or refused) or a reboot applies it; with
+      O(defer_pending), also when such a change was set back (RV(actions) has C(revert_mig_mode)).
   returned: always
   type: bool
 gpus:
@@ -323,6 +340,13 @@ systemd:
   description: Whether this run took the host for a systemd host (O(systemd), or detected when it is unset).
   returned: always
   type: bool
+gpus_changed:
+  description:
+    - On a failed apply, whether an NVML change may have been made (V(false) only when the apply was refused before the first
+      one; the mig_layout role then hands the Kubernetes node back uncordoned).
+      Absent where unknown (an unexpected error), which counts as changed.
+  returned: failure of an apply
+  type: bool
 clients_stopped:
   description: GPU client services stopped during the change and started again.
   returned: always
@@ -346,7 +370,8 @@ eviction_reasons:
 pod_resources:
   description:
     - C(read) (whether the kubelet's pod-resources API answered), C(reason) when it did not, C(allocations) (every
-      container holding a GPU resource's device, with its device ids) and C(pods) (the pods on the host's GPUs).
+      container holding a GPU resource's device, or a GPU-shaped device id under any resource name, with its device ids)
+      and C(pods) (the pods that hold a device of the host's GPUs, by device id).
   returned: always
   type: dict
 resources:
@@ -385,9 +410,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_install, _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply, resolve_failure
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, deferred_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -542,6 +568,8 @@ def main_body(module):
     params = module.params
     if params['evict'] and params['apply']:
         module.fail_json(msg='evict decides the pods to evict and never applies: set apply=false with it')
+    if params['drain'] and not params['evict']:
+        module.fail_json(msg='drain names the pods to evict: set evict=true (and apply=false) with it')
     configs = configs_of(params['config'])
     entries = check_layout(configs, params['name'])
     problems = layout_problems(configs, skip=params['name'])
@@ -549,7 +577,7 @@ def main_body(module):
     systemd = Systemd(module, params['systemd'])
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            evict=params['evict'])
+                            evict=params['evict'], drain=params['drain'], defer_pending=params['defer_pending'])
     # Only a change needs systemctl (clients stopped, units enabled); a decision or check mode reads without it.
     if params['apply'] and not module.check_mode and systemd.missing():
         module.fail_json(msg=systemd.missing())
@@ -560,10 +588,14 @@ def main_body(module):
 
     apply = params['apply'] and not module.check_mode
     clients = []
+    # Set once the GPUs are about to change (the clients are stopped, the first NVML mutation follows): a failure
+    # before it changed no GPU, which the role's hand-back needs to know (gpus_changed).
+    gpus_reached = []
 
     @contextlib.contextmanager
     def hold_clients():
         with systemd.stopped(params['gpu_clients']) as stopped:
+            gpus_reached.append(True)
             yield stopped
             clients.extend(stopped)
 
@@ -582,9 +614,14 @@ def main_body(module):
                 record_apply(paths.config_dir, request.name, 'failed', 'ansible', str(exc))
                 refresh_metrics(module, backend.read_host(), paths, request)
             if getattr(exc, 'gpus', None):
-                module.fail_json(msg=str(exc), gpu_states=exc.gpus, clients_stopped=clients)
+                module.fail_json(msg=str(exc), gpu_states=exc.gpus, clients_stopped=clients,
+                                 gpus_changed=any(state['status'] in ('applied', 'failed') for state in exc.gpus))
+            if not gpus_reached and isinstance(exc, GpufleetError):
+                # Refused before any NVML change (a busy instance, a pod in the way): the host is exactly as it was.
+                module.fail_json(msg=str(exc), clients_stopped=clients, gpus_changed=False)
             raise
-        if done:
+        deferred = deferred_gpus(done)
+        if done and not deferred:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
         elif before.in_layout and not module.check_mode:
             # A no-op run (the role's decision on a host in the layout included) is a success too.
@@ -593,7 +630,7 @@ def main_body(module):
         # holds it or the apply brought it there (a mode pending a reboot included): after a decision
         # alone, or a refused change, a reboot still applies the previous one.
         files = []
-        if params['apply'] or before.in_layout:
+        if (params['apply'] and not deferred) or before.in_layout:
             files = keep_files(module, systemd, paths, request)
             refresh_metrics(module, host, paths, request)
     resources = node_resources(host)
@@ -605,7 +642,7 @@ def main_body(module):
         changed=bool(done) or bool(files) or (module.check_mode and params['apply'] and not before.in_layout),
         layout=request.name,
         in_layout=final.in_layout,
-        reboot_required=final.reboot_required,
+        reboot_required=final.reboot_required or bool(deferred),
         gpus=[g.as_dict() for g in before.gpus],
         actions=done,
         unmatched_gpus=before.unmatched,
@@ -615,8 +652,7 @@ def main_body(module):
         clients_stopped=clients,
         pods_to_evict=before.pods_to_evict(),
         eviction_reasons=before.eviction_reasons(),
-        pod_resources=dict(pod_status, allocations=pod_devices or [],
-                           pods=sorted(set('%s/%s' % (d['namespace'], d['pod']) for d in pod_devices or []))),
+        pod_resources=dict(pod_status, allocations=pod_devices or [], pods=before.holders.pods()),
         resources=resources,
         expected_device_ids=expected_ids,
         systemd=systemd.enabled,
@@ -646,6 +682,8 @@ def main():
         boot_environment=dict(type='dict', default={}),
         metrics_dir=dict(type='path', default=''),
         evict=dict(type='bool', default=False),
+        drain=dict(type='bool', default=False),
+        defer_pending=dict(type='bool', default=False),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)

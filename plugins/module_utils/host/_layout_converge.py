@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor i
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig, mode_name
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import DEFERRED_NOTE, PlanningError, destroyed_instances, layout_of, plan_gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import HostHolders
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import allocations_of, index_id_refusal
 
 
@@ -40,10 +41,15 @@ class LayoutRequest(object):
     for where pod-resources cannot be read (see :func:`allocations_of`). Instances that pods hold
     are busy for the planner whether or not a process runs on them. With ``evict`` (nvidia_mig_layout's option, set
     by the role's in-place switch on a Kubernetes node) the plan may still take them, as few as possible, and names
-    the pods to evict before the apply; the apply itself never runs with ``evict``.
+    the pods to evict before the apply; the apply itself never runs with ``evict``. ``drain`` (with ``evict``: the
+    role's drain and drain fallback) names every pod that holds any device of the host's GPUs, by the same
+    allocations (_pod_allocations.allocations_of), so a drain sees renamed resources and DRA claims as in place does.
+    ``defer_pending``: a GPU whose MIG mode change would stay pending until a reboot gets its mode set back at once
+    (action ``revert_mig_mode``): nothing is left pending on it before the role has drained the node for the reboot.
     """
 
-    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evict=False):
+    def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evict=False,
+                 drain=False, defer_pending=False):
         self.name = name
         self.entries = entries
         self.unmatched = unmatched
@@ -51,6 +57,8 @@ class LayoutRequest(object):
         self.pod_devices = pod_devices or []
         self.pid_pods = pid_pods or {}
         self.evict = evict
+        self.drain = drain
+        self.defer_pending = defer_pending
 
 
 class GpuDecision(object):
@@ -189,11 +197,12 @@ class GpuDecision(object):
 class HostDecision(object):
     """Every GPU of a host against one layout."""
 
-    def __init__(self, request, gpus, unmatched, skipped):
+    def __init__(self, request, gpus, unmatched, skipped, holders=None):
         self.request = request
         self.gpus = gpus
         self.unmatched = unmatched
         self.skipped = skipped
+        self.holders = holders or HostHolders()
 
     @property
     def in_layout(self):
@@ -204,9 +213,13 @@ class HostDecision(object):
         return any(g.reboot_required for g in self.gpus)
 
     def pods_to_evict(self):
-        pods = []
+        """The pods that must be gone before the apply: those on what the plan takes (in place) or, with the
+        request's ``drain`` and ``evict``, every pod that holds any GPU or instance of the host."""
+        pods = set()
         for gpu in self.gpus:
-            pods.extend(p for p in gpu.pods_to_evict() if p not in pods)
+            pods.update(gpu.pods_to_evict())
+        if self.request.drain and self.request.evict:
+            pods.update(self.holders.pods())
         return sorted(pods)
 
     def eviction_reasons(self):
@@ -215,7 +228,14 @@ class HostDecision(object):
         for gpu in self.gpus:
             for pod, reason in sorted(gpu.eviction_reasons().items()):
                 reasons[pod] = '%s; %s' % (reasons[pod], reason) if pod in reasons else reason
+        for pod in self.pods_to_evict():
+            reasons.setdefault(pod, 'holds a GPU device of the host (drain: every pod that holds one goes)')
         return reasons
+
+
+def deferred_gpus(done):
+    """The GPUs whose mode change was set back because it would stay pending until a reboot (``defer_pending``)."""
+    return sorted(set(a['gpu'] for a in done or [] if a.get('action') == 'revert_mig_mode'))
 
 
 def decide(host, request):
@@ -229,7 +249,7 @@ def decide(host, request):
     holders = allocations_of(host, request.pod_devices, request.pid_pods)
     decisions = [GpuDecision(by_index[match['index']], match, request, holders.of(by_index[match['index']].uuid), host.gpus)
                  for match in matched['gpus']]
-    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'])
+    return HostDecision(request, decisions, matched['unmatched'], matched['skipped'], holders)
 
 
 def in_layout_by_uuid(host, request):
@@ -278,7 +298,8 @@ def converge(backend, request, apply=True, hold_clients=None, host=None):
         done = apply_gpus(backend, before.gpus, lambda decision, gpu_done: _apply_gpu(backend, decision, request, gpu_done))
     host = backend.read_host()
     after = decide(host, request)
-    wrong = [g for g in after.gpus if not g.in_layout and not g.reboot_required]
+    deferred = deferred_gpus(done)
+    wrong = [g for g in after.gpus if not g.in_layout and not g.reboot_required and g.index not in deferred]
     if wrong:
         raise ApplyError('after applying layout %s, GPU(s) %s do not hold it: %s' % (
             request.name, ', '.join(str(g.index) for g in wrong),
@@ -322,6 +343,11 @@ def _apply_gpu(backend, decision, request, done):
         outcome = change_mode(backend, decision.mode, report_refused_reset=True)
         done.append(dict(outcome, action='set_mig_mode', gpu=index))
         if outcome['reset_required']:
+            if request.defer_pending and outcome['after']['pending'] != decision.gpu.mig_mode.pending:
+                # Pending until a reboot, which needs the node drained first: not left pending before that.
+                backend.set_mig_mode(index, decision.gpu.mig_mode.pending == 'enabled')
+                done.append({'action': 'revert_mig_mode', 'gpu': index, 'mode': decision.gpu.mig_mode.pending,
+                             'pending_reason': outcome.get('pending_reason')})
             return
     plan = decision.plan
     gpu = decision.gpu

@@ -32,7 +32,12 @@ class EvictionPlan(object):
 
     ``pods`` are the node's Pod objects (after the cordon). In place, the pods the host's decision
     names (``namespace/name`` or ``uid:<uid>``: pods on instances that go); drain, every running pod
-    that requests a GPU resource; repack and create_only, nobody; reboot, every running pod but the DaemonSets' and static pods (what
+    that requests a GPU resource and every pod the host's decision names (nvidia_mig_layout with ``drain``:
+    every pod that holds a device of the GPUs by id, renamed resources and DRA claims included, the same
+    allocations as in place); where the host could not read pod-resources (``pod_resources_read`` false) a
+    drain refuses, by name, a pod with a DRA claim or an extended resource that is no GPU resource, since
+    whether it holds a GPU is unknown (_pod_allocations: refuse rather than guess); repack and create_only,
+    nobody; reboot, every running pod but the DaemonSets' and static pods (what
     ``kubectl drain --ignore-daemonsets`` moves: a reboot ends them all, and those two come back with
     the node). A pod that a paused component's label schedules goes with the pause.
     A pod is refused, by name, before anything is evicted, when an eviction cannot move it as
@@ -42,7 +47,8 @@ class EvictionPlan(object):
     API server does not list on the node cannot be evicted either: refused.
     """
 
-    def __init__(self, pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node=''):
+    def __init__(self, pods, mode, pods_to_evict=(), force=False, delete_emptydir_data=False, paused_labels=(), node='',
+                 pod_resources_read=True):
         if mode not in ('in_place', 'drain', 'repack', 'create_only', 'reboot'):
             raise HandoverError('no switch mode to plan evictions with: %r' % (mode,))
         self.mode = mode
@@ -51,10 +57,9 @@ class EvictionPlan(object):
         running = [pod for pod in pods or [] if _running(pod)]
         stays_paused = set(pod_key(pod) for pod in running if paused & _selector_keys(pod))
         self.gpu_pods = sorted(pod_key(pod) for pod in running if _requests_gpu(pod) and pod_key(pod) not in stays_paused)
+        unseen = []
         if mode in ('repack', 'create_only'):
             chosen, unknown = [], []
-        elif mode == 'drain':
-            chosen, unknown = [pod for pod in running if pod_key(pod) in self.gpu_pods], []
         elif mode == 'reboot':
             stays = set(pods_in_the_way_of_reboot(running)) - stays_paused
             chosen, unknown = [pod for pod in running if pod_key(pod) in stays], []
@@ -67,10 +72,17 @@ class EvictionPlan(object):
                     found |= aliases
                     if pod_key(pod) not in stays_paused:
                         chosen.append(pod)
+                elif mode == 'drain' and pod_key(pod) in self.gpu_pods:
+                    chosen.append(pod)
+                elif mode == 'drain' and not pod_resources_read and pod_key(pod) not in stays_paused and _may_hold_unseen(pod):
+                    unseen.append(pod_key(pod))
             unknown = sorted(named - found)
         self.evict = []
         self.refused = [{'pod': name, 'reason': 'the host sees it on an instance that goes, but the API server lists no such '
                                                 'running pod on the node: it cannot be evicted'} for name in unknown]
+        self.refused.extend({'pod': name, 'reason': "it has a DRA claim or a device plugin resource that is no GPU's name, and the "
+                                                    "kubelet's pod-resources were not read: whether it holds a GPU is unknown"}
+                            for name in sorted(unseen))
         for pod in sorted(chosen, key=pod_key):
             reason = self._refusal(pod, force, delete_emptydir_data)
             if reason:
@@ -112,6 +124,20 @@ class EvictionPlan(object):
     def as_dict(self):
         return {'mode': self.mode, 'gpu_pods': self.gpu_pods, 'evict': self.evict, 'refused': self.refused,
                 'problem': self.problem()}
+
+
+def _may_hold_unseen(pod):
+    """A pod that may hold a GPU only pod-resources could tell: a DRA claim, or an extended resource (a name with a
+    '/') that is no GPU resource's name (a renamed one: the device_plugin role's rename)."""
+    spec = pod.get('spec') or {}
+    if spec.get('resourceClaims'):
+        return True
+    for container in list(spec.get('containers') or []) + list(spec.get('initContainers') or []):
+        resources = container.get('resources') or {}
+        if (resources.get('claims') or
+                any('/' in name for section in ('requests', 'limits') for name in resources.get(section) or {})):
+            return True
+    return False
 
 
 def eviction_problem(results, node='', dry_run=True):

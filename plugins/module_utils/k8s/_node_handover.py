@@ -141,12 +141,77 @@ class SwitchMode(object):
         """Whether the hand-over cordons the node (every mode but create_only)."""
         return self.mode is not None and self.mode != 'create_only'
 
+    @property
+    def decide_again(self):
+        """Whether the host decides again after the cordon (in place and drain: the pods to evict are named by the host,
+        from pod-resources, by device id; repack and create_only evict nobody)."""
+        return self.mode in ('in_place', 'drain')
+
+    @property
+    def drain(self):
+        """Whether the host names every pod that holds a device of its GPUs (nvidia_mig_layout's drain)."""
+        return self.mode == 'drain'
+
     def as_dict(self):
-        return {'mode': self.mode, 'reason': self.reason, 'problem': self.problem(), 'cordon': self.cordon}
+        return {'mode': self.mode, 'reason': self.reason, 'problem': self.problem(), 'cordon': self.cordon,
+                'decide_again': self.decide_again, 'drain': self.drain, 'pod_resources_read': self.read}
+
+
+def pod_resources_use(k8s, switch, drain_fallback, decision=None, applied=None):
+    """How the host reads the kubelet's pod-resources through a change, and what the hand-back compares.
+
+    ``decide``: nvidia_mig_layout's pod_resources for the decisions: off a Kubernetes node ``auto`` (read where a
+    kubelet runs); on one, ``required`` for in place (which pod holds which instance is its whole point) unless
+    the drain fallback is allowed, ``auto`` for a drain (it reads them too: a renamed resource or a DRA claim is
+    seen only there; no socket at all, and the drain refuses the pods it cannot see, _node_evictions).
+    ``apply``: the apply reads them as the decision did (a decision that could not read them, the drain fallback,
+    applies with ``off``; every other apply reads them again under the host lock, so it never destroys a held
+    instance). ``compare_ids``: after the change the kubelet's advertised device ids are compared as sets with
+    what the apply expects, where the apply says which ids it expects and the host read the kubelet
+    (otherwise the node's allocatable counts, which a stale plugin passes).
+    """
+    if switch not in SWITCHES:
+        raise HandoverError('mig_layout_k8s_switch must be one of %s, not %r' % (', '.join(SWITCHES), switch))
+    if not k8s:
+        decide = 'auto'
+    elif switch == 'drain' or drain_fallback:
+        decide = 'auto'
+    else:
+        decide = 'required'
+    read = bool(((decision or {}).get('pod_resources') or {}).get('read'))
+    apply = 'off' if k8s and decision is not None and not read else decide
+    compare_ids = bool(applied) and applied.get('expected_device_ids') is not None and read
+    return {'decide': decide, 'apply': apply, 'compare_ids': compare_ids}
 
 
 # The package missing_required_lib names when pynvml cannot be imported (_module_support.run_module).
 PYNVML_PACKAGE = 'nvidia-ml-py'
+
+
+# The node label the GPU operator sets where its MIG manager owns the node's MIG layout.
+MIG_MANAGER_LABEL = DEPLOY_PREFIX + 'mig-manager'
+
+
+def other_owners(node, resource_slices=()):
+    """Who else manages MIG on the node (two owners would undo each other's layouts), in words; empty when nobody.
+
+    The GPU operator's MIG manager (node label nvidia.com/gpu.deploy.mig-manager=true), and NVIDIA's DRA driver with
+    dynamic MIG: its ResourceSlices (``resource_slices``, every version the API server serves, read for the node and
+    the driver gpu.nvidia.com) publish partitionable devices through ``spec.sharedCounters`` (KEP-4815), and the
+    driver then creates and destroys MIG partitions itself.
+    """
+    labels = ((node or {}).get('metadata') or {}).get('labels') or {}
+    owners = []
+    if labels.get(MIG_MANAGER_LABEL) == 'true':
+        owners.append('the GPU operator MIG manager (node label %s=true)' % MIG_MANAGER_LABEL)
+    dynamic = []
+    for item in resource_slices or ():
+        name = ((item or {}).get('metadata') or {}).get('name')
+        if ((item or {}).get('spec') or {}).get('sharedCounters') and name not in dynamic:
+            dynamic.append(name)
+    if dynamic:
+        owners.append("NVIDIA's DRA driver with dynamic MIG (ResourceSlices %s publish partitionable devices)" % ', '.join(dynamic))
+    return owners
 
 
 def decision_retry(message, k8s, install_dependencies, drain_fallback):
@@ -177,20 +242,41 @@ def component_labels(components):
     return labels
 
 
+# How often the role lists the node's pods while it waits for the paused components' pods to go (seconds).
+PAUSE_POLL_SECONDS = 2
+
+
 class ComponentPause(object):
     """Which GPU components to pause and what to restore, from the node's labels as found.
 
     A component whose label is absent is not deployed by label on this node: left alone. ``false`` is
     set by someone else (the operator's user): left alone. ``paused-for-mig-change`` was left by a run
     that died: paused now, and restored to ``true``. Any other value is paused and restored as found.
+    ``pause_timeout`` (mig_layout_k8s_pause_timeout, seconds): how long the role waits for the paused
+    components' pods to be deleted; ``0`` means **do not pause** (no label changes, nothing to wait for: a
+    component still holding a MIG device makes the destroy fail with NVML_ERROR_IN_USE, and the device
+    plugin is not restarted, so the new advertisement is not awaited in vain only if it restarts by itself).
+    A pause is never left unawaited. A negative timeout is refused.
     """
 
-    def __init__(self, labels, components=DEFAULT_COMPONENTS):
+    def __init__(self, labels, components=DEFAULT_COMPONENTS, pause_timeout=300):
         labels = labels or {}
         self.pause = {}
         self.restore = {}
         self.left_alone = []
-        for key in component_labels(components):
+        if isinstance(pause_timeout, str) and pause_timeout.strip().isdigit():
+            pause_timeout = int(pause_timeout)
+        if isinstance(pause_timeout, bool) or not isinstance(pause_timeout, int) or pause_timeout < 0:
+            raise HandoverError('mig_layout_k8s_pause_timeout must be a whole number of seconds >= 0 (0: do not pause '
+                                'the GPU components), not %r' % (pause_timeout,))
+        self.pause_timeout = pause_timeout
+        # At least one listing, then one every PAUSE_POLL_SECONDS until the timeout.
+        self.wait_retries = max(1, -(-pause_timeout // PAUSE_POLL_SECONDS))
+        component_keys = component_labels(components)
+        if pause_timeout == 0:
+            self.left_alone = [key for key in component_keys if key in labels]
+            return
+        for key in component_keys:
             value = labels.get(key)
             if value is None:
                 continue
@@ -201,7 +287,8 @@ class ComponentPause(object):
             self.restore[key] = 'true' if value == PAUSED else value
 
     def as_dict(self):
-        return {'pause': self.pause, 'restore': self.restore, 'left_alone': self.left_alone}
+        return {'pause': self.pause, 'restore': self.restore, 'left_alone': self.left_alone,
+                'pause_timeout': self.pause_timeout, 'wait_retries': self.wait_retries}
 
 
 def paused_pods_left(pods, paused_labels):
@@ -213,6 +300,31 @@ def paused_pods_left(pods, paused_labels):
     """
     paused = set(paused_labels or ())
     return sorted(pod_key(pod) for pod in pods or [] if paused & _selector_keys(pod))
+
+
+def paused_wait(listed, paused_labels, node='', timeout=0):
+    """Where the wait for the paused components' pods stands, from the role's k8s_info result ``listed``.
+
+    ``done``: the pods were listed and none a paused label schedules is left. ``problem``: why the change must not
+    go on: the listing failed (an error is not "no pods": a DCGM still holding a MIG device would make the destroy
+    fail half-way), or pods are left after the timeout. Nothing paused (``paused_labels`` empty): done, no problem.
+    """
+    if not paused_labels:
+        return {'done': True, 'left': [], 'problem': None}
+    listed = listed or {}
+    if listed.get('skipped'):
+        return {'done': False, 'left': [], 'problem': None}
+    if not isinstance(listed.get('resources'), list):
+        why = listed.get('msg') or listed.get('error') or 'no answer'
+        return {'done': False, 'left': [], 'problem': (
+            "listing the pods of node %s failed (%s), so whether the paused GPU components' pods are gone is unknown; "
+            'no GPU was changed' % (node, str(why).strip()))}
+    left = paused_pods_left(listed['resources'], paused_labels)
+    problem = None
+    if left:
+        problem = ("the paused GPU components' pod(s) %s still run on node %s %s s (mig_layout_k8s_pause_timeout) after "
+                   'their labels were set to %s; no GPU was changed' % (', '.join(left), node, timeout, PAUSED))
+    return {'done': not left, 'left': left, 'problem': problem}
 
 
 class LayoutRequest(object):
@@ -243,8 +355,16 @@ class LayoutRequest(object):
     def problem(self):
         return self._problem
 
+    def refusal(self):
+        """The node patch of a refused request: state failed with the reason, so the new label never stands next to
+        an old ``success`` (None when the request is not refused)."""
+        if self._problem is None:
+            return None
+        return {'metadata': {'labels': {STATE_LABEL: 'failed'}, 'annotations': {FAILURE_ANNOTATION: truncate(self._problem, 4096)}}}
+
     def as_dict(self):
-        return {'name': self.name, 'source': self.source, 'reason': self.reason, 'relabel': self.relabel, 'problem': self.problem()}
+        return {'name': self.name, 'source': self.source, 'reason': self.reason, 'relabel': self.relabel, 'problem': self.problem(),
+                'refusal': self.refusal()}
 
 
 class NodeHandover(object):
@@ -257,7 +377,7 @@ class NodeHandover(object):
     and never uncordons the node either (a cordon someone sets meanwhile stays).
     """
 
-    def __init__(self, node, layout, components=DEFAULT_COMPONENTS, cordon=True):
+    def __init__(self, node, layout, components=DEFAULT_COMPONENTS, cordon=True, pause_timeout=300):
         if not node or not (node.get('metadata') or {}).get('name'):
             raise HandoverError('no Node object to hand over')
         metadata = node['metadata']
@@ -266,7 +386,7 @@ class NodeHandover(object):
         self.cordon = bool(cordon)
         self.labels = dict(metadata.get('labels') or {})
         annotations = metadata.get('annotations') or {}
-        self.pause = ComponentPause(self.labels, components)
+        self.pause = ComponentPause(self.labels, components, pause_timeout)
         # A node an earlier failed change left cordoned (its mark) was schedulable before that change.
         self.cordoned_by_others = bool((node.get('spec') or {}).get('unschedulable')) and CORDON_ANNOTATION not in annotations
 
@@ -300,14 +420,28 @@ class NodeHandover(object):
                 'success': self.success()}
 
 
-def failure(handover, reason, gpu_changed):
+def gpu_touched(may_have_changed, applied=None):
+    """Whether a failed change may have changed a GPU: not before the apply (``may_have_changed`` false), nor when
+    the apply's own failure says no NVML change was made (nvidia_mig_layout's ``gpus_changed`` false: refused
+    before the first mutating call). Anything else, an unreachable host included, may have."""
+    if not may_have_changed:
+        return False
+    applied = applied or {}
+    return not (applied.get('failed') and applied.get('gpus_changed') is False)
+
+
+def failure(handover, reason, gpu_changed, applied=None):
     """{patch, uncordon} for a failed change, from a NodeHandover's as_dict() taken at its start.
+
+    ``gpu_changed``: the apply had started; ``applied``: its result, whose ``gpus_changed`` false (refused before any
+    NVML change) hands the node back as if it had not (:func:`gpu_touched`).
 
     Components back, state failed, the reason in an annotation (cut at 4 KiB; annotations hold 256 KiB).
     The node stays cordoned only when a GPU may have changed (the scheduler's view may be wrong);
     otherwise the cordon mark goes and the node is uncordoned unless someone else had cordoned it.
     A run that never cordoned (``cordon`` false: create-only) never uncordons (``cordoned`` false).
     """
+    gpu_changed = gpu_touched(gpu_changed, applied)
     cordoned = handover.get('cordon', True)
     annotations = {FAILURE_ANNOTATION: truncate(reason, 4096)}
     if not gpu_changed:
@@ -343,10 +477,13 @@ def failure_outcome(failed, node, write_error=None, uncordon_error=None):
 
 
 def recovery(node, layout, components=DEFAULT_COMPONENTS):
-    """What a node whose host already holds ``layout`` needs: None, or {patch, uncordon}.
+    """What a node whose host already holds ``layout`` needs: None, or {restore, patch, uncordon, await_advertisement}.
 
     An earlier run that died half-way (or failed after a GPU changed) left it paused, pending or
-    failed, cordoned with the role's mark, or labelled for another layout.
+    failed, cordoned with the role's mark, or labelled for another layout. ``restore``: the paused
+    components' labels back (None: none paused); ``await_advertisement``: the node goes back into
+    service (uncordoned, or its device plugin restarted), so the kubelet must first advertise what the
+    GPUs hold, as after a change (k8s_post); ``patch``: then the layout, ``success`` and the marks dropped.
     """
     metadata = (node or {}).get('metadata') or {}
     labels = metadata.get('labels') or {}
@@ -356,5 +493,6 @@ def recovery(node, layout, components=DEFAULT_COMPONENTS):
     uncordon = CORDON_ANNOTATION in annotations
     if not restore and not marks and labels.get(CONFIG_LABEL) == layout and labels.get(STATE_LABEL) == 'success':
         return None
-    restore.update({CONFIG_LABEL: layout, STATE_LABEL: 'success'})
-    return {'patch': {'metadata': {'labels': restore, 'annotations': marks}}, 'uncordon': uncordon}
+    patch = {'metadata': {'labels': {CONFIG_LABEL: layout, STATE_LABEL: 'success'}, 'annotations': marks}}
+    return {'restore': {'metadata': {'labels': restore}} if restore else None, 'patch': patch, 'uncordon': uncordon,
+            'await_advertisement': uncordon or bool(restore) or labels.get(STATE_LABEL) not in (None, 'success')}

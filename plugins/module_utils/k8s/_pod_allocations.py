@@ -6,6 +6,15 @@
 
 """What the kubelet's allocations mean for the host's GPUs: which pod holds which GPU and instance.
 
+THE INVARIANT (the one rule every path obeys: in place, drain, the drain fallback, the apply, the single-GPU
+modules): a GPU instance is destroyed only when no pod holds any of its devices -- by device id, under any
+resource name, through a device plugin or a DRA claim, with or without a process -- or every such pod has
+been evicted and is gone. Holding is decided here, once, by device id (:func:`allocations_of`), never by
+recognising a resource name: the device_plugin role's ``rename`` (``nvidia.com/small-gpu``) holds a MIG
+UUID as surely as ``nvidia.com/mig-1g.10gb`` does. Where the kubelet's pod-resources cannot be read, or name
+a GPU-shaped id this host does not have, nothing is planned (UnknownDeviceIds, PODS_UNREADABLE): the run
+refuses rather than guess.
+
 The device ids are whatever the device plugin advertised (_pod_resources passes them on as they are); only
 :func:`allocations_of` maps them to the host's GPUs. NVIDIA's k8s-device-plugin gives MIG devices as
 ``MIG-<uuid>`` (``deviceIDStrategy: uuid``, the default) or as ``<gpu index>:<mig device index>``
@@ -42,6 +51,16 @@ class UnknownDeviceIds(Exception):
 
 # deviceIDStrategy index: '<gpu index>:<MIG device index>', a position in the GPU's list of MIG devices.
 _INDEX_ID = re.compile(r'^[0-9]+:[0-9]+$')
+# The ids NVIDIA's device plugin gives a GPU or MIG device (api/config/v1 deviceIDStrategy uuid and index):
+# 'GPU-<uuid>', 'MIG-<uuid>' (or the older 'MIG-GPU-<uuid>/<gi>/<ci>'), '<gpu>:<mig device>', '<gpu>'.
+_UUID_ID = re.compile(r'^(GPU|MIG)-')
+_GPU_INDEX_ID = re.compile(r'^[0-9]+$')
+
+
+def _gpu_shaped(device_id):
+    """Whether a device id has the form of a GPU's or MIG device's id (replica suffix ignored), whatever its resource."""
+    bare = strip_replica(device_id)
+    return bool(_UUID_ID.match(bare) or _INDEX_ID.match(bare) or _GPU_INDEX_ID.match(bare))
 
 # NVIDIA's DRA driver (NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin) names its devices after the GPU's
 # minor number (/dev/nvidia<minor>, not the NVML index): a whole GPU 'gpu-<minor>' (GpuInfo.CanonicalName), a
@@ -60,10 +79,12 @@ def _pod_name(allocation):
 
 
 def gpu_allocations(pod_devices):
-    """The entries of ``pod_devices`` (list_pod_devices) that hold GPUs: device plugins' GPU resources
-    (_gpu_resources) and the devices of DRA claims of NVIDIA's GPU driver."""
+    """The entries of ``pod_devices`` (list_pod_devices) that may hold GPUs: device plugins' GPU resources
+    (_gpu_resources), any other resource with a GPU-shaped device id (a renamed resource: which GPU, if any,
+    is :func:`allocations_of`'s to say, by id), and the devices of DRA claims of NVIDIA's GPU driver."""
     return [d for d in pod_devices
-            if (d['driver'] == DRA_GPU_DRIVER if is_claim(d) else is_gpu_resource(d['resource']))]
+            if (d['driver'] == DRA_GPU_DRIVER if is_claim(d)
+                else is_gpu_resource(d['resource']) or any(_gpu_shaped(i) for i in d['device_ids']))]
 
 
 def _dra_device_name(claim):
@@ -134,8 +155,12 @@ def allocations_of(host, pod_devices, pid_pods=None):
     'uid:<pod uid>' (the cgroup names no namespace or pod name): what is known where pod-resources
     cannot be read.
 
-    Raises UnknownDeviceIds when a device id of a GPU resource (_gpu_resources), or a device of a
-    GPU DRA claim, matches none of these: dropping it would plan an instance a pod holds as free.
+    Holding is by device id under any resource name (the module's invariant): a device id that names a GPU or MIG
+    device of this host holds it whatever the resource is called.
+
+    Raises UnknownDeviceIds when a device id of a GPU resource (_gpu_resources), a GPU-shaped id
+    ('GPU-...', 'MIG-...', '<gpu>:<mig device>') under any name, or a device of a GPU DRA claim, matches
+    none of these: dropping it would plan an instance a pod holds as free.
     """
     by_id, by_dra = _places(host)
     result = {}
@@ -156,15 +181,16 @@ def allocations_of(host, pod_devices, pid_pods=None):
                 continue
             _hold(result, place, _pod_name(allocation))
             continue
-        # The GPU device plugin's resources only: NVIDIA's Network Operator also names nvidia.com/
-        # resources (rdma_shared_device_a, hostdev, ...), whose ids are no GPU's.
-        if not is_gpu_resource(allocation['resource']):
-            continue
+        # Held by id under any resource name (the invariant above): a renamed GPU resource holds its device as the
+        # plain name does. A name that is no GPU resource (NVIDIA's Network Operator's nvidia.com/hostdev, another
+        # vendor's) passes only ids that are not GPU-shaped ('0000:3b:00.2', 'eth9') or a plain number no GPU has.
+        named_gpu = is_gpu_resource(allocation['resource'])
         for device_id in allocation['device_ids']:
             bare = strip_replica(device_id)
             place = by_id.get(device_id) or by_id.get(bare)
             if place is None:
-                unknown.append('%s (%s of pod %s)' % (device_id, allocation['resource'], _pod_name(allocation)))
+                if named_gpu or _UUID_ID.match(bare) or _INDEX_ID.match(bare):
+                    unknown.append('%s (%s of pod %s)' % (device_id, allocation['resource'], _pod_name(allocation)))
                 continue
             _hold(result, place, _pod_name(allocation), index_id=bool(_INDEX_ID.match(bare)))
     if unknown:

@@ -18,7 +18,8 @@ Source: NVIDIA/k8s-device-plugin, ``api/config/v1/consts.go`` (``ResourceNamePre
 ``ResourceName.DefaultSharedRename`` in ``resources.go``) and its README (mixed strategy names).
 Other ``nvidia.com/`` resources (the Network Operator's ``nvidia.com/hostdev``,
 ``nvidia.com/rdma_shared_device_a``, ...) are not GPUs. A resource renamed to an arbitrary name
-through the sharing config's ``rename`` field is not recognised.
+through the sharing config's ``rename`` field is not recognised here, which is why which pod holds a GPU
+is never decided by these names but by device id (k8s/_pod_allocations.py states that invariant).
 
 Pure Python, no Ansible imports. Used by the host code (pods that hold devices) and, as filters,
 by the roles (pods that request GPUs, the node's allocatable).

@@ -294,5 +294,9 @@ class HostHolders:
         """The holders of one GPU (:data:`NOBODY` where no pod holds it)."""
         return self.gpus.get(gpu_uuid, NOBODY)
 
+    def pods(self):
+        """Every pod that holds any GPU or instance of the host, sorted: what a drain evicts."""
+        return sorted(set(pod for holders in self.gpus.values() for pod in holders.pods()))
+
     def as_dict(self):
         return dict((uuid, holders.as_dict()) for uuid, holders in self.gpus.items())

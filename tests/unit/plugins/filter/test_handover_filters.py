@@ -22,7 +22,7 @@ def test_filters_are_registered_and_documented():
     assert names == ['mig_handover_advertised', 'mig_handover_allocatable_short', 'mig_handover_decision_retry', 'mig_handover_event',
                      'mig_handover_eviction_problem', 'mig_handover_evictions', 'mig_handover_failure', 'mig_handover_failure_outcome',
                      'mig_handover_layout',
-                     'mig_handover_node', 'mig_handover_paused_left',
+                     'mig_handover_node', 'mig_handover_other_owners', 'mig_handover_paused_left', 'mig_handover_paused_wait', 'mig_handover_pod_resources',
                      'mig_handover_pods_left', 'mig_handover_recovery', 'mig_handover_scope', 'mig_handover_switch']
     from ansible_collections.gpufleet.mig.plugins.filter import mig_handover
     for name in names:
@@ -33,6 +33,8 @@ def test_filters_are_registered_and_documented():
     ('mig_handover_switch', ({'read': True}, 'sideways')),
     ('mig_handover_node', ({}, 'daytime')),
     ('mig_handover_evictions', ([], 'sideways')),
+    ('mig_handover_pod_resources', (True, 'sideways')),
+    ('mig_handover_node', (node(), 'daytime', ('dcgm',), True, -5)),
     ('mig_handover_advertised', ({}, {}, 'serial')),
     ('mig_handover_recovery', (node(), 'daytime', ['a=b'])),
 ])

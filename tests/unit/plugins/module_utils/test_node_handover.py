@@ -492,16 +492,72 @@ def test_no_node_refused():
 def test_recovery_of_a_node_left_handed_over():
     left = node({'nvidia.com/gpu.deploy.device-plugin': h.PAUSED, 'nvidia.com/gpu.deploy.dcgm': 'false', h.STATE_LABEL: 'pending',
                  h.CONFIG_LABEL: 'daytime'}, {h.CORDON_ANNOTATION: 'daytime'}, unschedulable=True)
-    assert h.recovery(left, 'daytime') == {'uncordon': True, 'patch': {'metadata': {
-        'labels': {'nvidia.com/gpu.deploy.device-plugin': 'true', h.CONFIG_LABEL: 'daytime', h.STATE_LABEL: 'success'},
-        'annotations': {h.CORDON_ANNOTATION: None}}}}
+    # Components back first, the advertisement awaited, then uncordon and success (issue 27: recovery checks it first).
+    assert h.recovery(left, 'daytime') == {
+        'uncordon': True, 'await_advertisement': True,
+        'restore': {'metadata': {'labels': {'nvidia.com/gpu.deploy.device-plugin': 'true'}}},
+        'patch': {'metadata': {'labels': {h.CONFIG_LABEL: 'daytime', h.STATE_LABEL: 'success'},
+                               'annotations': {h.CORDON_ANNOTATION: None}}}}
     fine = node({h.STATE_LABEL: 'success', h.CONFIG_LABEL: 'daytime'})
     assert h.recovery(fine, 'daytime') is None
-    # Labelled for another layout: relabelled, not uncordoned.
-    assert h.recovery(fine, 'nighttime') == {'uncordon': False, 'patch': {'metadata': {
+    # Labelled for another layout: relabelled, not uncordoned, nothing to await.
+    assert h.recovery(fine, 'nighttime') == {'uncordon': False, 'await_advertisement': False, 'restore': None, 'patch': {'metadata': {
         'labels': {h.CONFIG_LABEL: 'nighttime', h.STATE_LABEL: 'success'}, 'annotations': {}}}}
-    # A node cordoned by someone else without our mark stays cordoned.
-    assert not h.recovery(node({h.STATE_LABEL: 'failed'}, unschedulable=True), 'daytime')['uncordon']
+    # A node cordoned by someone else without our mark stays cordoned; a failed one is awaited before it says success.
+    failed = h.recovery(node({h.STATE_LABEL: 'failed'}, unschedulable=True), 'daytime')
+    assert not failed['uncordon'] and failed['await_advertisement']
+
+
+# --- issue 27, section 3: the holes -------------------------------------------------------------------------
+
+def test_pause_timeout_zero_means_do_not_pause_and_a_negative_one_is_refused():
+    labels = {'nvidia.com/gpu.deploy.device-plugin': 'true', 'nvidia.com/gpu.deploy.dcgm': 'true'}
+    off = h.ComponentPause(labels, pause_timeout=0)
+    assert off.pause == {} and off.restore == {} and off.left_alone == ['nvidia.com/gpu.deploy.device-plugin', 'nvidia.com/gpu.deploy.dcgm']
+    start = h.NodeHandover(node(labels), 'daytime', pause_timeout=0).start()['metadata']['labels']
+    assert start == {h.STATE_LABEL: 'pending', h.CONFIG_LABEL: 'daytime'}
+    assert h.ComponentPause(labels, pause_timeout=301).wait_retries == 151
+    assert h.ComponentPause(labels, pause_timeout='1').as_dict()['wait_retries'] == 1
+    assert h.ComponentPause(labels).as_dict()['pause_timeout'] == 300
+    for bad in (-1, True, 'soon', 2.5):
+        with pytest.raises(h.HandoverError, match='mig_layout_k8s_pause_timeout'):
+            h.ComponentPause(labels, pause_timeout=bad)
+
+
+def test_the_paused_components_wait_fails_loudly_when_the_pods_cannot_be_listed():
+    paused = ['nvidia.com/gpu.deploy.dcgm']
+    # An API error is not "no pods": the change must not go on (issue 27: no default([]) masking).
+    errored = h.paused_wait({'failed': True, 'msg': 'Forbidden: pods is forbidden'}, paused, NODE, 300)
+    assert errored['done'] is False and 'listing the pods of node gpu-1 failed (Forbidden: pods is forbidden)' in errored['problem']
+    assert 'no GPU was changed' in errored['problem']
+    assert h.paused_wait({}, paused, NODE)['problem'] is not None
+    dcgm = pod('dcgm', namespace='gpu-operator', owner='DaemonSet', gpu=None, node_selector={'nvidia.com/gpu.deploy.dcgm': 'true'})
+    left = h.paused_wait({'resources': [dcgm, pod('a')]}, paused, NODE, 300)
+    assert left['left'] == ['gpu-operator/dcgm'] and not left['done'] and 'still run on node gpu-1 300 s' in left['problem']
+    assert h.paused_wait({'resources': [pod('a')]}, paused, NODE) == {'done': True, 'left': [], 'problem': None}
+    # Nothing paused: nothing to wait for; a wait skipped (check mode) is not a problem either.
+    assert h.paused_wait({'failed': True}, [], NODE)['problem'] is None
+    assert h.paused_wait({'skipped': True}, paused, NODE)['problem'] is None
+
+
+def test_a_refused_request_says_failed_with_the_reason_on_the_node():
+    request = h.LayoutRequest({h.CONFIG_LABEL: 'weekend', h.STATE_LABEL: 'success'}, 'daytime', True, ['daytime']).as_dict()
+    assert request['refusal'] == {'metadata': {'labels': {h.STATE_LABEL: 'failed'}, 'annotations': {
+        h.FAILURE_ANNOTATION: request['problem']}}}
+    assert h.LayoutRequest({h.CONFIG_LABEL: 'daytime'}, 'daytime', True, ['daytime']).as_dict()['refusal'] is None
+
+
+def test_an_apply_refused_before_any_nvml_change_hands_the_node_back_uncordoned():
+    found = h.NodeHandover(node({'nvidia.com/gpu.deploy.device-plugin': 'true'}), 'nighttime').as_dict()
+    refused = {'failed': True, 'msg': 'instance allocated to pod(s) ml/a', 'gpus_changed': False}
+    assert h.failure(found, 'refused', True, refused)['uncordon'] is True
+    assert h.gpu_touched(True, refused) is False
+    # Part-way, unknown (no gpus_changed: an unexpected error, an unreachable host) or after a successful apply: cordoned.
+    assert h.failure(found, 'half', True, {'failed': True, 'gpus_changed': True})['uncordon'] is False
+    assert h.gpu_touched(True, {'failed': True, 'msg': 'unexpected error'}) is True
+    assert h.gpu_touched(True, {'changed': True, 'reboot_required': True}) is True
+    assert h.gpu_touched(True, None) is True
+    assert h.gpu_touched(False, {'failed': True, 'gpus_changed': True}) is False
 
 
 # --- Events (section 3) ------------------------------------------------------------------------------
@@ -577,3 +633,82 @@ def test_unmet_demand_event_names_and_notes_stay_within_the_api_limits():
     made = node_events.unmet_demand_events({'ml/' + long_name: [WHY] * 20}, [pod(long_name)], [], STAMP)['create'][0]
     assert len(made['metadata']['name']) <= 253 and made['metadata']['name'].endswith(made['metadata']['name'][-16:])
     assert len(made['note']) == node_events.EVENT_NOTE_LIMIT and made['note'].endswith('...')
+
+
+# ---- issue 27, section 1: one rule for in place, drain and the drain fallback -----------------------------------
+
+def _dra_pod(name):
+    claimed = pod(name, gpu=None)
+    claimed['spec']['resourceClaims'] = [{'name': 'gpu', 'resourceClaimTemplateName': 'one-mig'}]
+    return claimed
+
+
+def test_drain_evicts_the_pods_the_host_names_whatever_they_request():
+    # An idle DRA pod and a renamed resource's pod request no GPU by name: the host's decision (drain=true) names them.
+    pods = [pod('a'), _dra_pod('claimed'), pod('renamed', gpu='nvidia.com/small-gpu'), pod('cpu', gpu=None)]
+    plan = node_evictions.EvictionPlan(pods, 'drain', ['ml/claimed', 'uid:uid-renamed'], node=NODE)
+    assert [p['name'] for p in plan.evict] == ['a', 'claimed', 'renamed'] and plan.problem() is None
+
+
+def test_drain_without_pod_resources_refuses_pods_that_may_hold_a_gpu_unseen():
+    pods = [pod('a'), _dra_pod('claimed'), pod('renamed', gpu='nvidia.com/small-gpu'), pod('cpu', gpu=None)]
+    plan = node_evictions.EvictionPlan(pods, 'drain', [], node=NODE, pod_resources_read=False)
+    assert [p['name'] for p in plan.evict] == ['a']
+    assert [r['pod'] for r in plan.refused] == ['ml/claimed', 'ml/renamed']
+    assert 'whether it holds a GPU is unknown' in plan.problem() and 'nobody was evicted' in plan.problem()
+    # Where pod-resources were read, a pod they do not name holds nothing: not refused, not evicted.
+    read = node_evictions.EvictionPlan(pods, 'drain', [], node=NODE)
+    assert [p['name'] for p in read.evict] == ['a'] and read.refused == []
+
+
+# ---- issue 27, section 4: what the role's YAML used to decide ------------------------------------------------
+
+def test_in_place_and_drain_decide_again_and_only_a_drain_names_every_holder():
+    read = {'read': True}
+    assert h.SwitchMode('in_place', read).as_dict()['decide_again'] is True
+    assert h.SwitchMode('in_place', read).as_dict()['drain'] is False
+    assert h.SwitchMode('drain', read).as_dict()['decide_again'] is True and h.SwitchMode('drain', read).drain is True
+    assert h.SwitchMode('in_place', {'read': False}, drain_fallback=True).as_dict()['drain'] is True
+    for quiet in (h.SwitchMode('in_place', read, repack=True), h.SwitchMode('in_place', read, create_only=True)):
+        assert quiet.decide_again is False and quiet.drain is False
+
+
+@pytest.mark.parametrize('k8s, switch, fallback, decide', [
+    (False, 'in_place', False, 'auto'), (True, 'in_place', False, 'required'), (True, 'in_place', True, 'auto'),
+    (True, 'drain', False, 'auto'), (True, 'drain', True, 'auto')])
+def test_the_decisions_read_pod_resources_as_the_switch_needs(k8s, switch, fallback, decide):
+    assert h.pod_resources_use(k8s, switch, fallback)['decide'] == decide
+
+
+def test_the_apply_reads_pod_resources_as_the_decision_did():
+    # Breaking this line of the role (an apply with pod_resources off) would let an apply destroy a held instance.
+    assert h.pod_resources_use(True, 'in_place', False, {'pod_resources': {'read': True}})['apply'] == 'required'
+    assert h.pod_resources_use(True, 'drain', False, {'pod_resources': {'read': True}})['apply'] == 'auto'
+    # Only a decision that could not read them (the drain fallback) applies without.
+    assert h.pod_resources_use(True, 'in_place', True, {'pod_resources': {'read': False}})['apply'] == 'off'
+    assert h.pod_resources_use(False, 'in_place', False, {'pod_resources': {'read': False}})['apply'] == 'auto'
+
+
+def test_the_hand_back_compares_device_ids_where_the_apply_names_them_and_the_kubelet_was_read():
+    decision = {'pod_resources': {'read': True}}
+    applied = {'expected_device_ids': {'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-a'], 'index': ['0:0']}}}
+    assert h.pod_resources_use(True, 'in_place', False, decision, applied)['compare_ids'] is True
+    assert h.pod_resources_use(True, 'in_place', False, decision, {})['compare_ids'] is False
+    assert h.pod_resources_use(True, 'in_place', True, {'pod_resources': {'read': False}}, applied)['compare_ids'] is False
+    assert h.pod_resources_use(True, 'in_place', False, decision, None)['compare_ids'] is False
+    with pytest.raises(h.HandoverError, match='must be one of in_place, drain'):
+        h.pod_resources_use(True, 'evict-all', False)
+
+
+def test_other_owners_of_mig_on_the_node():
+    assert h.other_owners(node()) == []
+    assert h.other_owners(node({h.MIG_MANAGER_LABEL: 'false'})) == []
+    assert h.other_owners(node({h.MIG_MANAGER_LABEL: 'true'})) == [
+        'the GPU operator MIG manager (node label nvidia.com/gpu.deploy.mig-manager=true)']
+    static = {'metadata': {'name': 'static'}, 'spec': {'devices': []}}
+    dynamic = {'metadata': {'name': 'dyn'}, 'spec': {'sharedCounters': [{'name': 'gpu-0'}]}}
+    empty = {'metadata': {'name': 'none'}, 'spec': {'sharedCounters': None}}
+    # The same slice seen through two API versions is named once.
+    assert h.other_owners(node(), [static, dynamic, empty, dynamic]) == [
+        "NVIDIA's DRA driver with dynamic MIG (ResourceSlices dyn publish partitionable devices)"]
+    assert len(h.other_owners(node({h.MIG_MANAGER_LABEL: 'true'}), [dynamic])) == 2

@@ -649,3 +649,35 @@ def test_list_pod_devices_reads_dra_claims_from_a_real_grpc_server(kubelet):
         {'name': 'main', 'claims': {'ml/mig': [{'driver': 'gpu.nvidia.com', 'pool': 'node-a', 'device': 'gpu-4-mig-19-1-1'}]}}]}]))
     devices = pr.list_pod_devices(server.path, timeout=5)
     assert pr_allocations.allocations_of(_dra_host(), devices).as_dict() == {'GPU-0': {'instances': {10: ['ml/trainer']}, 'gpu': [], 'index_pods': []}}
+
+
+# ---- the invariant: holding is decided by device id, never by the resource's name ---------------------------
+
+@pytest.mark.parametrize('resource', ['nvidia.com/small-gpu', 'example.com/anything', 'nvidia.com/mig-1g.10gb.renamed'])
+@pytest.mark.parametrize('device_id, index_pod', [(MIG_A, False), ('0:0', True), (MIG_A + '::1', False)])
+def test_a_renamed_resource_holds_its_mig_device_by_id(resource, device_id, index_pod):
+    # The device_plugin role's rename (upstream prefixes nvidia.com/) must not make a held instance look free.
+    allocation = _allocation(resource, [device_id])
+    assert pr_allocations.gpu_allocations([allocation]) == [allocation]
+    assert pr_allocations.allocations_of(_host(), [allocation]).as_dict() == {
+        'GPU-0': {'instances': {3: ['ns/p']}, 'gpu': [], 'index_pods': ['ns/p'] if index_pod else []}}
+
+
+def test_a_renamed_resource_holds_a_whole_gpu_by_uuid_or_index():
+    for device_id in ('GPU-1', '1'):
+        assert pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/small-gpu', [device_id])]).as_dict() == {
+            'GPU-1': {'instances': {}, 'gpu': ['ns/p'], 'index_pods': []}}
+
+
+@pytest.mark.parametrize('device_id', ['MIG-gone', 'GPU-gone', '5:0', 'MIG-gone::2'])
+def test_a_gpu_shaped_id_under_any_name_that_names_nothing_refuses(device_id):
+    # A GPU-shaped id the host does not have is a device that is gone or an id scheme not understood: nothing is planned.
+    with pytest.raises(pr_allocations.UnknownDeviceIds, match='nvidia.com/small-gpu of pod ns/p'):
+        pr_allocations.allocations_of(_host(), [_allocation('nvidia.com/small-gpu', [device_id])])
+
+
+def test_ids_of_other_devices_under_other_names_hold_nothing():
+    others = [_allocation('nvidia.com/hostdev', ['0000:3b:00.2']), _allocation('example.com/fpga', ['7']),
+              _allocation('example.com/nic', ['eth9'])]
+    assert pr_allocations.gpu_allocations(others) == [others[1]]
+    assert pr_allocations.allocations_of(_host(), others).as_dict() == {}

@@ -420,6 +420,8 @@ def test_an_allocated_idle_instance_is_never_destroyed_by_a_direct_run(simulated
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket))
     assert failed and 'allocated to pod(s) team/p3' in result['msg'] and 'never destroyed' in result['msg']
     assert mutating_calls(host) == []
+    # Refused before any NVML change: the role hands the node back uncordoned (issue 27).
+    assert result['gpus_changed'] is False
 
 
 def test_evict_decision_names_only_the_pods_on_instances_that_go(simulated_host, run_module, host_paths, kubelet_with):
@@ -1079,3 +1081,46 @@ def test_systemd_true_without_systemctl_fails_an_apply_in_one_line_but_not_a_dec
     for args, check_mode in ((dict(forced, apply=False), False), (forced, True)):
         result, failed = run_module(nvidia_mig_layout.main, args, check_mode=check_mode)
         assert not failed and not result['in_layout'] and result['systemd'] is True, result
+
+
+def test_a_renamed_resource_keeps_its_instance_and_is_named_when_it_goes(simulated_host, run_module, host_paths, kubelet_with):
+    # Issue 27: the device_plugin role's rename (nvidia.com/small-gpu) holds a MIG UUID as surely as nvidia.com/mig-1g.10gb.
+    host = seven_small(simulated_host)
+    socket = kubelet_with(pods_on(mig_uuids(run_module), [3], resource='nvidia.com/small-gpu'))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket))
+    assert failed and 'allocated to pod(s) team/p3' in result['msg'] and mutating_calls(host) == []
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed and result['pods_to_evict'] == ['team/p3'] and result['pod_resources']['pods'] == ['team/p3']
+
+
+def test_drain_names_every_pod_that_holds_a_device_of_the_gpus(simulated_host, run_module, host_paths, kubelet_with):
+    # A drain decides from the same allocations as in place: a kept instance's pod goes too, a renamed one included.
+    host = seven_small(simulated_host)
+    uuids = mig_uuids(run_module)
+    socket = kubelet_with(pods_on(uuids, [0]) + pods_on(uuids, [1], resource='nvidia.com/small-gpu'))
+    keep = {'keep': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': {'1g.10gb': 3, '3g.40gb': 1}}]}
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, keep, pod_resources_socket=socket,
+                                                                    apply=False, evict=True))
+    assert not failed and result['pods_to_evict'] == []
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, keep, pod_resources_socket=socket,
+                                                                    apply=False, evict=True, drain=True))
+    assert not failed and result['pods_to_evict'] == ['team/p0', 'team/p1'], result
+    assert 'drain' in result['eviction_reasons']['team/p1']
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, keep, drain=True, apply=False))
+    assert failed and 'set evict=true' in result['msg'] and mutating_calls(host) == []
+
+
+def test_defer_pending_leaves_nothing_pending_and_declares_nothing_until_the_drain(simulated_host, run_module, host_paths):
+    # Issue 27: on the reboot path the new layout and the pending mode are declared only after the drain succeeded.
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'clients': ['nvidia-persistenced']}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, allow_reset=False, defer_pending=True))
+    assert not failed, result
+    assert result['reboot_required'] and not result['in_layout'] and result['files'] == []
+    assert [a['action'] for a in result['actions']] == ['set_mig_mode', 'revert_mig_mode']
+    assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'disabled'}
+    assert not os.path.exists(os.path.join(host_paths['config_dir'], 'layout.json'))
+    # After the drain: the same apply without defer_pending leaves the mode pending and declares the layout.
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, allow_reset=False))
+    assert not failed and result['reboot_required'] and result['files']
+    assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'enabled'}

@@ -196,6 +196,7 @@ def test_a_failure_part_way_lists_what_each_gpu_did_and_has_left(simulated_host,
     assert failed
     states = result['gpu_states']
     assert [s['status'] for s in states] == ['applied', 'failed', 'not started']
+    assert result['gpus_changed'] is True       # the role keeps the node cordoned
     assert len(states[0]['done']) == 14 and states[0]['left'] == []
     assert [a['action'] for a in states[1]['done']] == ['create_gpu_instance', 'create_compute_instance'] * 3
     assert len(states[1]['left']) == 8 and len(states[1]['layout_now']) == 3

@@ -1,0 +1,210 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The mig_layout role's tasks call the Python hand-over and report; these tests pin the lines that do.
+
+Each rule lives in Python (plugins/module_utils/k8s/_node_handover.py, tested in test_node_handover.py); what
+the role's YAML can still break is whether it passes that decision on. Each test below goes red when one such
+line is changed: an apply without pod-resources, no wait for the new advertisement or a comparison by counts
+where ids are known, an eviction without its dry run first, the drain deciding without the host's names.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+import yaml
+
+ROLE = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'mig_layout')
+
+
+def _load(*parts):
+    with open(os.path.join(ROLE, *parts)) as handle:
+        return yaml.safe_load(handle)
+
+
+def _tasks(tasks):
+    """Every task of a task list, blocks' own tasks included, in order."""
+    for task in tasks or []:
+        yield task
+        for section in ('block', 'rescue', 'always'):
+            for inner in _tasks(task.get(section)):
+                yield inner
+
+
+def _all_tasks():
+    folder = os.path.join(ROLE, 'tasks')
+    for name in sorted(os.listdir(folder)):
+        for task in _tasks(_load('tasks', name)):
+            yield name, task
+
+
+def _task(file_name, name):
+    found = [t for t in _tasks(_load('tasks', file_name)) if t.get('name') == name]
+    assert len(found) == 1, 'task %r of %s: %d found' % (name, file_name, len(found))
+    return found[0]
+
+
+def _squash(text):
+    return ' '.join(str(text).split())
+
+
+def test_every_apply_and_second_decision_reads_pod_resources_as_python_decides():
+    calls = [(f, t) for f, t in _all_tasks() if 'gpufleet.mig.nvidia_mig_layout' in t]
+    applies = [(f, t) for f, t in calls if t['gpufleet.mig.nvidia_mig_layout'].get('apply') is True]
+    assert len(applies) >= 2      # the apply, and the apply after a reboot
+    for file_name, task in applies:
+        assert task['gpufleet.mig.nvidia_mig_layout'].get('pod_resources') == '{{ mig_layout__apply_pod_resources }}', (file_name, task['name'])
+    variables = _load('vars', 'main.yml')
+    assert variables['mig_layout__apply_pod_resources'] == '{{ mig_layout__pod_resources.apply }}'
+    assert variables['mig_layout__pod_resources_mode'] == '{{ mig_layout__pod_resources.decide }}'
+    assert variables['mig_layout__module_defaults']['pod_resources'] == '{{ mig_layout__pod_resources_mode }}'
+    assert _squash(variables['mig_layout__pod_resources']).startswith(
+        '{{ mig_layout__k8s | gpufleet.mig.mig_handover_pod_resources(mig_layout_k8s_switch, mig_layout_k8s_drain_fallback, '
+        'mig_layout__decision | default(none), mig_layout__final | default(none)) }}')
+
+
+def test_the_decision_after_the_cordon_is_the_switch_modes_and_names_every_holder_in_a_drain():
+    task = _task('k8s_pre.yml', 'Plan the layout on the host again, now that the node is cordoned')
+    args = task['gpufleet.mig.nvidia_mig_layout']
+    assert args['apply'] is False and args['evict'] is True
+    assert args['drain'] == '{{ mig_layout__switch.drain }}'
+    assert args['pod_resources'] == '{{ mig_layout__apply_pod_resources }}'
+    assert task['when'] == 'mig_layout__switch.decide_again'
+
+
+def test_the_new_advertisement_is_awaited_and_compared_by_device_ids():
+    wait = _task('k8s_advertised.yml', 'Wait until the kubelet advertises exactly the MIG devices the GPUs hold')
+    assert _squash(wait['until']) == ('(mig_layout__final.expected_device_ids | gpufleet.mig.mig_handover_advertised('
+                                      'mig_layout__kubelet_ids, mig_layout_k8s_device_id_strategy)).matches')
+    assert 'mig_layout__compare_ids' in wait['when'] and 'not mig_layout__compare_ids' not in wait['when']
+    assert wait['gpufleet.mig.nvidia_mig_facts']['kubelet_allocatable'] is True
+    check = _task('k8s_advertised.yml', 'Require the kubelet to advertise exactly what the GPUs hold')
+    assert check['ansible.builtin.assert']['that'] == 'mig_layout__advertised.matches'
+    assert 'gpufleet.mig.mig_handover_advertised(' in check['vars']['mig_layout__advertised']
+    counts = _task('k8s_advertised.yml', 'Wait until the node advertises as many instances as the GPUs hold')
+    assert 'not mig_layout__compare_ids' in counts['when']
+    variables = _load('vars', 'main.yml')
+    assert variables['mig_layout__compare_ids'] == '{{ mig_layout__pod_resources.compare_ids }}'
+    assert _squash(variables['mig_layout__final']) == (
+        '{{ mig_layout__reapplied if mig_layout__reapplied.resources is defined else mig_layout__declared if '
+        'mig_layout__declared.resources is defined else mig_layout__applied | default(mig_layout__decision) }}')
+    # After a change, the hand-back awaits it before the uncordon.
+    post = [t.get('name') for t in _load('tasks', 'k8s_post.yml')]
+    assert post.index('Wait until the kubelet advertises what the GPUs hold') < post.index('Return the Kubernetes node to service')
+    assert _task('k8s_post.yml', 'Wait until the kubelet advertises what the GPUs hold')['ansible.builtin.include_tasks'] == 'k8s_advertised.yml'
+
+
+def test_every_eviction_is_tried_as_a_dry_run_first_with_the_same_pods():
+    for file_name in sorted(os.listdir(os.path.join(ROLE, 'tasks'))):
+        tried = []
+        for task in _tasks(_load('tasks', file_name)):
+            args = task.get('gpufleet.mig.mig_pod_eviction')
+            if args is None:
+                continue
+            if args.get('dry_run') is True:
+                tried.append(args['pods'])
+            else:
+                assert 'dry_run' not in args, (file_name, task['name'])
+                assert args['pods'] in tried, '%s: %r evicts without a dry run first' % (file_name, task['name'])
+
+
+# ---- issue 27, section 3 ----------------------------------------------------------------------------------
+
+def test_no_error_is_ignored_without_a_later_task_failing_on_it():
+    # ignore_errors only defers a failure to the task that explains it: that task reads the registered result.
+    folder = os.path.join(ROLE, 'tasks')
+    for file_name in sorted(os.listdir(folder)):
+        tasks = list(_tasks(_load('tasks', file_name)))
+        for position, task in enumerate(tasks):
+            if not task.get('ignore_errors'):
+                continue
+            registered = task.get('register')
+            assert registered, (file_name, task['name'])
+            later = ' '.join(str(t) for t in tasks[position + 1:])
+            assert registered in later, '%s: %r ignores errors that no later task reads' % (file_name, task['name'])
+        text = open(os.path.join(folder, file_name)).read()
+        assert 'component_pods.resources | default([])' not in text
+
+
+def test_the_paused_components_wait_is_decided_in_python_and_fails_on_a_listing_error():
+    wait = _task('k8s_pre.yml', "Wait until the paused components' pods are deleted from the node")
+    assert _squash(wait['until']) == ('(mig_layout__component_pods | gpufleet.mig.mig_handover_paused_wait('
+                                      'mig_layout__handover.components.pause | list)).done')
+    assert wait['retries'] == '{{ mig_layout__handover.components.wait_retries }}'
+    assert wait['when'] == 'mig_layout__handover.components.pause | length > 0 and not ansible_check_mode'
+    check = _task('k8s_pre.yml', "Require the paused components' pods to be gone before any GPU changes")
+    assert check['ansible.builtin.fail']['msg'] == '{{ mig_layout__paused_wait.problem }}'
+    assert check['when'] == 'mig_layout__paused_wait.problem is not none'
+    assert _squash(check['vars']['mig_layout__paused_wait']) == (
+        '{{ mig_layout__component_pods | gpufleet.mig.mig_handover_paused_wait(mig_layout__handover.components.pause | list, '
+        'mig_layout_k8s_node, mig_layout_k8s_pause_timeout) }}')
+    handover = _task('k8s_pre.yml', "Decide the node's labels, annotations and cordon through the change")
+    assert 'mig_layout__switch.cordon, mig_layout_k8s_pause_timeout) }}' in _squash(handover['ansible.builtin.set_fact']['mig_layout__handover'])
+
+
+def test_a_refused_request_writes_failed_before_the_run_fails():
+    names = [t.get('name') for t in _load('tasks', 'k8s_request.yml')]
+    write = _task('k8s_request.yml', 'Report the refused request on the node')
+    assert write['kubernetes.core.k8s']['definition'] == '{{ mig_layout__request.refusal }}'
+    assert write['when'] == 'mig_layout__request.refusal is not none'
+    assert names.index('Report the refused request on the node') < names.index('Refuse a label that names no layout of the catalog')
+
+
+def test_a_failure_hands_the_node_back_by_what_the_apply_says_it_touched():
+    task = _load('tasks', 'k8s_failed.yml')[0]
+    assert _squash(task['vars']['mig_layout__failed']) == (
+        '{{ mig_layout__handover | gpufleet.mig.mig_handover_failure(mig_layout__failure_reason, mig_layout__gpu_touched, '
+        'mig_layout__applied | default(none)) }}')
+
+
+def test_recovery_awaits_the_advertisement_before_the_uncordon():
+    tasks = _load('tasks', 'k8s_recover.yml')
+    names = [t.get('name') for t in tasks]
+    wait = 'Wait until the kubelet advertises what the GPUs hold before the node goes back into service'
+    assert names.index(wait) < names.index('Return the node to service')
+    assert tasks[names.index(wait)]['ansible.builtin.include_tasks'] == 'k8s_advertised.yml'
+    assert tasks[names.index(wait)]['when'] == 'mig_layout__recovery is not none and mig_layout__recovery.await_advertisement'
+    restore = _task('k8s_recover.yml', 'Restore the GPU components an earlier change left paused')
+    assert restore['kubernetes.core.k8s']['definition'] == '{{ mig_layout__recovery.restore }}'
+    assert [t['name'] for t in _tasks(tasks) if 'kubernetes.core.k8s_drain' in t] == ['Uncordon the node an earlier change left cordoned']
+
+
+def test_on_the_reboot_path_the_layout_and_pending_mode_are_declared_only_after_the_drain():
+    tasks = _load('tasks', 'apply.yml')
+    first = _task('apply.yml', 'Apply the layout (the module verifies the GPUs afterwards)')
+    assert first['gpufleet.mig.nvidia_mig_layout']['defer_pending'] == '{{ mig_layout__k8s }}'
+    reboot = [t for t in tasks if t.get('name') == 'Reboot so that the pending MIG mode takes effect, then apply again'][0]
+    names = [t.get('name') for t in reboot['block']]
+    declare = 'Declare the layout and leave the MIG mode pending for the reboot'
+    assert names.index('Drain the Kubernetes node before the reboot') < names.index(declare) < names.index('Reboot and apply again')
+    again = reboot['block'][names.index('Reboot and apply again')]
+    assert [t['name'] for t in again['block']][0] == 'Reboot the host'
+    assert again['when'] == 'mig_layout__declared is skipped or not mig_layout__declared.in_layout'
+    args = reboot['block'][names.index(declare)]['gpufleet.mig.nvidia_mig_layout']
+    assert args['apply'] is True and 'defer_pending' not in args
+    assert reboot['block'][names.index(declare)]['when'] == 'mig_layout__k8s'
+
+
+def test_a_second_owner_of_mig_is_decided_in_python():
+    check = _task('k8s_pre.yml', 'Require the node to exist and no other owner of MIG on it')
+    assert 'mig_layout_allow_other_owner or mig_layout__other_owners | length == 0' in check['ansible.builtin.assert']['that']
+    assert _squash(check['vars']['mig_layout__other_owners']) == (
+        '{{ mig_layout__node.resources | first | default({}) | gpufleet.mig.mig_handover_other_owners( [mig_layout__dra_v1, '
+        "mig_layout__dra_v1beta2, mig_layout__dra_v1beta1] | map(attribute='resources', default=[]) | flatten) }}")
+
+
+def test_a_drain_without_pod_resources_refuses_pods_it_cannot_see_before_any_eviction():
+    tasks = _load('tasks', 'k8s_pre.yml')
+    names = [t.get('name') for t in tasks]
+    guard = 'Refuse a drain that cannot see every pod that may hold a GPU'
+    assert names.index('Plan the layout on the host again, now that the node is cordoned') < names.index(guard)
+    assert names.index(guard) < names.index('Evict the pods on instances that go, all or none')
+    block = tasks[names.index(guard)]
+    assert block['when'] == 'mig_layout__switch.drain and not mig_layout__decision_cordoned.pod_resources.read'
+    refuse = block['block'][1]
+    assert refuse['ansible.builtin.fail']['msg'] == '{{ mig_layout__unseen.problem }}'
+    assert _squash(refuse['vars']['mig_layout__unseen']).endswith("mig_layout_k8s_node, false) }}")
+    assert "gpufleet.mig.mig_handover_evictions('drain', mig_layout__decision_cordoned.pods_to_evict," in _squash(
+        refuse['vars']['mig_layout__unseen'])
