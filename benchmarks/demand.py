@@ -62,7 +62,8 @@ Policies, each with its reconfiguration latency (seconds, printed in the header)
 
 Figures per policy: requests placed, minutes pending (to running: latency included), reconfigurations (one per GPU
 whose instances change at one moment, the same for every policy: a DRA create or destroy is one), cordons (node
-cordoned for a change), pods evicted, stranded slice-hours (_mig_geometry.analyze's stranded slices over time).
+cordoned for a change), pods evicted, stranded slice-hours (_mig_geometry.analyze's stranded slices over time), and
+the pods lost with room (gave up while some GPU had room for them, idle instances counted as free).
 
 Run: PYTHONPATH=build/collections:simulator .venv/bin/python benchmarks/demand.py [--seeds N] [--hours H]
 """
@@ -333,6 +334,7 @@ class Replay(object):
         self.cordons = 0
         self.evicted = 0
         self.runs = 0
+        self.lost_with_room = 0   # pods that gave up while some GPU had room for them, idle instances counted as free
         self.stranded_seconds = 0.0
 
     # -- the event loop ----------------------------------------------------------------------
@@ -367,6 +369,9 @@ class Replay(object):
     def give_up(self, request):
         if request.placed_at is None and request in self.waiting:
             self.waiting.remove(request)
+            if any(g.lowest_start(request.profile, g.occupancy(without=[i for i in g.instances if i[3] is None])) is not None
+                   for g in self.gpus):
+                self.lost_with_room += 1
 
     def release(self, request):
         request.instance[3] = None
@@ -657,11 +662,13 @@ def percentile(values, share):
 
 def figures(replay):
     """What one replay achieved: placed requests, minutes pending to running (mean, p95), reconfigurations, cordons,
-    runs, evictions and stranded slice-hours."""
+    runs, evictions, stranded slice-hours, and the pods that gave up while a GPU had room for them (idle instances
+    counted as free: lost to the policy's reaction, not to packing)."""
     waits = [(r.running_at - r.arrival) / MINUTE for r in replay.requests if r.placed_at is not None]
     return {'requests': len(replay.requests), 'placed': len(waits), 'mean_pending': sum(waits) / len(waits) if waits else 0.0,
             'p95_pending': percentile(waits, 0.95), 'reconfigurations': replay.reconfigurations, 'cordons': replay.cordons,
-            'runs': replay.runs, 'evicted': replay.evicted, 'stranded_slice_hours': replay.stranded_seconds / 3600.0}
+            'runs': replay.runs, 'evicted': replay.evicted, 'stranded_slice_hours': replay.stranded_seconds / 3600.0,
+            'lost_with_room': replay.lost_with_room}
 
 
 def policies(layouts, release_idle=False):
@@ -725,19 +732,19 @@ def main(argv=None):
     for label, dummy in policies(layouts, options.release_idle):
         print('  %-32s %s' % (label, '  '.join('%5d' % f['placed'] for f in results[label])))
     columns = ('policy (min/median/max over seeds)', 'placed', 'vs static', 'vs DRA', 'p95 pending min', 'reconfig',
-               'cordons', 'runs', 'evicted', 'stranded slice-h')
-    header = '%-34s %14s %17s %14s %16s %16s %14s %14s %7s %17s' % columns
+               'cordons', 'runs', 'evicted', 'stranded slice-h', 'lost with room')
+    header = '%-34s %14s %17s %14s %16s %16s %14s %14s %7s %17s %15s' % columns
     print(header)
     print('-' * len(header))
     for label, dummy in policies(layouts, options.release_idle):
         mine = results[label]
-        print('%-34s %14s %17s %14s %16s %16s %14s %14s %7d %17s' % (
+        print('%-34s %14s %17s %14s %16s %16s %14s %14s %7d %17s %15s' % (
             label, spread([f['placed'] for f in mine]),
             spread([float(f['placed']) / s['placed'] for f, s in zip(mine, static)], '%.2f'),
             spread([f['placed'] - d['placed'] for f, d in zip(mine, dra)], '%+d'),
             spread([f['p95_pending'] for f in mine], '%.1f'), spread([f['reconfigurations'] for f in mine]),
             spread([f['cordons'] for f in mine]), spread([f['runs'] for f in mine]), max(f['evicted'] for f in mine),
-            spread([f['stranded_slice_hours'] for f in mine], '%.0f')))
+            spread([f['stranded_slice_hours'] for f in mine], '%.0f'), spread([f['lost_with_room'] for f in mine])))
     for label in (ShippedDemand.label, ShippedDemandReleaseTrigger.label):
         mine = results[label]
         gain = statistics.median([float(f['placed']) / s['placed'] - 1 for f, s in zip(mine, static)])

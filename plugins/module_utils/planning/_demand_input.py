@@ -77,8 +77,9 @@ def _rules(pod, where, name):
 def _pending_pod(entry, position, objects=None):
     """One waiting pod in plain form: {pod, priority, priority_class, created, requests, rules}.
 
-    ``rules`` (:class:`PodPlacementRules`, or None when unknown) come from the Pod object: the entry itself, or
-    the object of the same ``namespace/name`` in ``objects`` for an entry in plain form."""
+    ``rules`` (:class:`PodPlacementRules`, or None when unknown or not asked for) come from the Pod object: the
+    entry itself, or the object of the same ``namespace/name`` in ``objects`` for an entry in plain form; only
+    with ``objects`` (None: no node rule is checked, so nothing is read for them)."""
     where = 'pending[%d]' % position
     if not isinstance(entry, dict):
         raise DemandPlanError('%s must be a mapping (a pod or {pod, priority, requests}), got %s' % (where, type(entry).__name__))
@@ -95,7 +96,7 @@ def _pending_pod(entry, position, objects=None):
         priority = spec.get('priority') or 0
         priority_class = spec.get('priorityClassName') or ''
         created = metadata.get('creationTimestamp') or ''
-        rules = _rules(entry, where, name)
+        rules = _rules(entry, where, name) if objects is not None else None
     else:
         name = entry.get('pod')
         if not isinstance(name, str) or name.count('/') != 1 or not all(name.split('/')):
@@ -133,13 +134,13 @@ def _object_key(pod):
 
 def _cluster(cluster, node_names):
     """(room of each plan node, or None for a host with no Node object; Pod objects by namespace/name), or
-    (None, {}) without ``cluster``: then no node rule is checked.
+    (None, None) without ``cluster``: then no node rule is checked.
 
     ``cluster``: ``{'nodes': {plan node: Kubernetes Node object}, 'pods': [Pod objects]}``; the pods bound to a
     node take from its allocatable CPU and memory, and the waiting pods' objects give the rules of entries in
     plain form."""
     if cluster is None:
-        return None, {}
+        return None, None
     if not isinstance(cluster, dict) or not isinstance(cluster.get('nodes', {}), dict) \
             or not isinstance(cluster.get('pods', []), list):
         raise DemandPlanError("cluster must be {'nodes': {node: Node object}, 'pods': [Pod objects]}")

@@ -504,3 +504,10 @@ def test_bad_cluster_is_one_line(cluster, message):
     with pytest.raises(DemandPlanError) as caught:
         plan_demand({'n1': [gpu(0)]}, [pod('ml/p', {'1g.10gb': 1})], {}, cluster)
     assert message in str(caught.value) and '\n' not in str(caught.value)
+
+
+def test_node_rules_are_read_only_with_the_cluster():
+    odd = k8s_pod('odd', '1g.10gb', cpu='lots')
+    assert [s['pod'] for s in plan_demand(two_nodes(), [odd])['served']] == ['ml/odd']
+    with pytest.raises(DemandPlanError, match=r"^pending\[0\] \(ml/odd\): container c cpu: 'lots' is not a quantity$"):
+        plan_demand(two_nodes(), [odd], {}, {'nodes': {}, 'pods': []})
