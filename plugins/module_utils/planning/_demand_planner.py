@@ -58,7 +58,7 @@ import json
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DISRUPTION_ORDER, DemandPlanError, _cluster, _pending_pod, _policy
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_placement import _CREATE, _DESTROY_IDLE, _EVICT, _floor_allows, _gpus_of, _try_node
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import slice_mask
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NOT_A_NODE_REFUSAL, refusal
 
 LAYOUT_PREFIX = 'demand-'
 
@@ -127,7 +127,8 @@ def plan_demand(nodes, pending, policy=None, cluster=None):
     refused = {}
     for pod in waiting:
         if pod['pod'] not in served:
-            refused[pod['pod']] = tuple((node, _refused(rooms, pod, node)) for node in sorted(by_node) if _refused(rooms, pod, node))
+            reasons = [(node, _refused(rooms, pod, node)) for node in sorted(by_node)]
+            refused[pod['pod']] = tuple((node, why) for node, why in reasons if why)
     return _report(gpus, before, pods, waiting, served, evicted, settings, refused)
 
 
@@ -135,8 +136,8 @@ def _refused(rooms, pod, node):
     """Why ``pod`` may not run on ``node`` (decision 10), or None; nothing is checked without the cluster."""
     if rooms is None:
         return None
-    if pod['rules'] is None:
-        return refusal(None, None) if rooms[node] is None else None
+    if pod['rules'] is None:   # a pod known only by its requests: it can run on any Kubernetes node
+        return NOT_A_NODE_REFUSAL if rooms[node] is None else None
     return refusal(pod['rules'], rooms[node])
 
 
