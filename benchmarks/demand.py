@@ -1,55 +1,71 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Demand benchmark: one seeded stream of MIG pod requests on a mixed fleet, replayed against five policies.
+"""Demand benchmark: seeded streams of MIG pod requests on a mixed fleet, replayed against each policy as its real system runs.
 
-docs/demand.md explains the model and the figures it printed.
+docs/demand.md explains the model and the figures it printed. The replay's core is reusable (a layout advisor builds
+on it): :func:`request_stream` generates the demand, :class:`Replay` simulates one policy over time (subclass it, or
+give :class:`StaticLayout` any catalog layout), :func:`figures` counts what it placed.
 
-Fleet: ``--gpus`` GPUs on each of four nodes, one node per model (A100-SXM4-80GB, H100-SXM5-80GB, H200,
-B200); the profiles and placements are the simulator's (the NVML geometry of each model).
+Fleet: ``--gpus`` GPUs on each of four nodes, one node per model (A100-SXM4-80GB, H100-SXM5-80GB, H200, B200); the
+profiles and placements are the simulator's (the NVML geometry of each model).
 
-Workload (the same stream for every policy):
+Workload (the same stream for every policy of a seed):
 
-- A pod asks for one MIG device, ``nvidia.com/mig-<profile>``, named as its model names it: the request
-  picks a model (equal shares) and a shape, so a 1g.10gb pod can land on an A100-80GB or an H100
-  (they share the name), a 1g.18gb one only on the H200.
-- Shape mix by time of day. Day (08:00-20:00, inference): 1g 45 %, 1g with double memory 10 %, 2g 20 %,
-  3g 15 %, 4g 4 %, 7g 6 %. Night (training): 1g 20 %, 1g double memory 5 %, 2g 15 %, 3g 30 %, 4g 10 %,
-  7g 20 %. Holding time exponential, mean 40 min (1g), 60 min (2g), 120 min (3g, 4g), 180 min (7g).
-- Poisson arrivals sized to an offered load of ``--load`` of the fleet's memory slices, 1.3x by day and
-  0.7x by night, and a burst at 09:00 and 14:00: ``--burst`` small requests (1g, 2g) within 5 minutes.
-- A pod that is not running ``--patience`` minutes after it arrived gives up (a batch system's timeout):
-  it counts as not placed. Placed pods' time pending is measured in replay time.
-- The scheduler binds a pod at once to a free instance of its profile if one exists (every policy).
+- A pod asks for one MIG device, ``nvidia.com/mig-<profile>``, named as its model names it: the request picks a
+  model (equal shares) and a shape, so a 1g.10gb pod can land on an A100-80GB or an H100 (they share the name), a
+  1g.18gb one only on the H200.
+- Shape mix by time of day. Day (08:00-20:00, inference): 1g 45 %, 1g with double memory 10 %, 2g 20 %, 3g 15 %,
+  4g 4 %, 7g 6 %. Night (training): 1g 20 %, 1g double memory 5 %, 2g 15 %, 3g 30 %, 4g 10 %, 7g 20 %. Holding time
+  exponential, mean 40 min (1g), 60 min (2g), 120 min (3g, 4g), 180 min (7g), counted from the pod's start.
+- Poisson arrivals sized to an offered load of ``--load`` of the fleet's memory slices, 1.3x by day and 0.7x by
+  night, and a burst at 09:00 and 14:00: ``--burst`` small requests (1g, 2g) within 5 minutes.
+- A pod not bound ``--patience`` minutes after it arrived gives up (a batch system's timeout): not placed. At equal
+  times a give-up goes first: nothing is planned for a pod that has given up.
 
-Policies:
+What every policy gets, as kube-scheduler does it (the pods are scheduled by it in every system compared):
+
+- The scheduling queue is priority then arrival (PrioritySort). A pod is tried when it arrives and again at once
+  whenever a pod ends or devices appear (the scheduler requeues unschedulable pods on such cluster events,
+  pkg/scheduler/framework/types.go ClusterEvent, not on a timer).
+- Filter: nodes not cordoned with a device for the pod. Score: NodeResourcesFit with its default strategy,
+  LeastAllocated (pkg/scheduler/apis/config/v1/default_plugins.go; cpu and memory, weight 1 each). The pods'
+  CPU and memory are taken as proportional to their MIG memory slices, so the least allocated node is the one
+  with the smallest share of its slices held; ties are broken at random (seeded), as selectHost does.
+- Device plugin designs (a, b, d, e): the kubelet gives the pod a free MIG device of its profile on the node
+  (lowest GPU, then start). DRA (c): the driver's allocator on the chosen node (below).
+
+Policies, each with its reconfiguration latency (seconds, printed in the header):
 
 - (a) static: every GPU keeps the shipped layout ``all-balanced`` (roles/mig_layout/files/catalog.yml).
-- (b) day/night: the shipped ``daytime`` layout at 08:00 and ``nighttime`` at 20:00 (the AWX schedules),
-  through the in-place switch (plan_gpu of _mig_planner): instances pods hold stay, idle ones go, as
-  much of the layout as fits around the held ones is created.
-- (c) model of NVIDIA's DRA driver with dynamic MIG (kubernetes-sigs/dra-driver-nvidia-gpu, feature gate
-  DynamicMIG, PR 852 "Introduce dynamic MIG device management"; no MIG device may exist beforehand,
-  issue 149): per request, the first GPU in the scheduler's order where the profile fits gets an
-  instance at its lowest free placement in NVML's order; the instance is destroyed when the pod leaves.
-- (d) model of nos (nebuly-ai/nos, its MIG partitioner as its documentation "Dynamic GPU partitioning"
-  describes it: each minute the pending pods' requests go to the first GPU whose new geometry fits them,
-  and the agent deletes the GPU's free MIG devices and creates the new geometry): the GPU's free
-  instances are destroyed, the wanted one created at its lowest free placement, and the destroyed ones
-  re-created where they still fit. Instances stay when their pod leaves.
-- (e) this planner: ``plan_demand`` (_demand_planner) on the fleet and the waiting pods with
-  ``release_idle`` (no floor, no eviction, no GPU budget), its actions applied: each minute in which a
-  pod arrived and found no free instance, and at once when MIG pods end (before the pods of that
-  minute arrive), so that released instances go before the scheduler binds a new pod to them.
-  Starts from empty GPUs, as (c) and (d).
-- (e') the same planner run only for pending pods (each minute in which one arrived or one ended
-  while pods wait): released instances stay idle until the next run, and the scheduler binds new
-  pods to them wherever earlier demand put them.
+- (b) day/night: the shipped ``daytime`` layout at 08:00 and ``nighttime`` at 20:00 (the AWX schedules), through
+  the in-place switch (plan_gpu of _mig_planner, the held instances kept): one run of ``--run-seconds``; a node whose
+  change destroys instances is cordoned meanwhile.
+- (c) NVIDIA's DRA driver with dynamic MIG (kubernetes-sigs/dra-driver-nvidia-gpu v0.4, alpha): every possible
+  placement is a device ``gpu-<N>-mig-<profile>-<id>-<start>``, allocated in name order, so on the node the
+  scheduler picked, the lowest start on the first GPU that fits; the instance is created when the kubelet prepares
+  the claim and destroyed when it unprepares it. ``--dra-seconds`` from binding to the pod running (the driver's
+  CI asserts a pod Ready on a dynamically created 1g slice within 10 s on GB200: docs/eda.md).
+- (d) nos-inspired (nebuly-ai/nos, archived): pending pods are batched (a batch closes 10 s after its last pod or
+  60 s after its first, as nos does); then, per pod, the first GPU whose free instances, destroyed, leave room gets
+  the pod's profile at its lowest start and the destroyed ones back where they still fit; ``--nos-seconds`` for the
+  agent's change, the device plugin's restart and the node status. Not nos: no per-model geometry lists, no NVML
+  auto-placement retries, no scheduler simulation before choosing; instances stay when pods leave. Never cordons.
+- (e) this collection as it ships: the event source (extensions/eda, quiet period 10 s, at most 60 s, its
+  defaults) opens a burst on each new unschedulable pod; its event runs playbooks/mig_demand.yml, one run at a
+  time (ansible-rulebook runs actions in turn); the run reads pods and GPUs ``READ_SECONDS`` after it starts,
+  plans with the default policy (no ``release_idle``, no eviction), and the in-place switch realises the generated
+  layout (counts per GPU) with plan_gpu as the mig_layout role does: the switch's placements, not the planner's.
+  Slices are schedulable ``--run-seconds`` after the run starts; a node whose change destroys instances is cordoned
+  from the read to then. (e+r) the same plus the event source's release trigger: a pod that ends while pods wait
+  opens a burst too. With ``--release-idle``, (e+r) again with ``release_idle: true`` in mig_demand_policy (not the
+  default).
 
-Figures per policy: requests placed, mean and p95 minutes pending (placed pods), reconfigurations (a GPU
-changing its instances at one moment), pods evicted, stranded slice-hours (_mig_geometry.analyze's
-stranded slices, integrated over time on every GPU).
+Figures per policy: requests placed, minutes pending (to running: latency included), reconfigurations (one per GPU
+whose instances change at one moment, the same for every policy: a DRA create or destroy is one), cordons (node
+cordoned for a change), pods evicted, stranded slice-hours (_mig_geometry.analyze's stranded slices over time), and
+the pods lost with room (gave up while some GPU had room for them, idle instances counted as free).
 
-Run: PYTHONPATH=build/collections:simulator .venv/bin/python benchmarks/demand.py [--seed S] [--hours H]
+Run: PYTHONPATH=build/collections:simulator .venv/bin/python benchmarks/demand.py [--seeds N] [--hours H]
 """
 
 from __future__ import absolute_import, division, print_function
@@ -60,6 +76,7 @@ import heapq
 import os
 import random
 import re
+import statistics
 import sys
 import time
 
@@ -92,19 +109,31 @@ NIGHT_MIX = ((1, 1, 0.20), (1, 2, 0.05), (2, 2, 0.15), (3, 4, 0.30), (4, 4, 0.10
 MEAN_HOLD = {1: 40.0, 2: 60.0, 3: 120.0, 4: 120.0, 7: 180.0}   # by compute slices, minutes
 BURST_HOURS = (9, 14)
 PLAIN_PROFILE = re.compile(r'^[0-9]+g\.[0-9]+gb$')
-# (e)'s policy: no floor, no eviction, no GPU budget; idle instances released (decision 9 of _demand_planner).
-PLANNER_POLICY = {'release_idle': True}
-POLICIES = ('static', 'day/night', 'dra', 'nos', 'planner', 'planner-pending')
-LABELS = {'static': '(a) static all-balanced', 'day/night': '(b) day/night schedule', 'dra': '(c) DRA dynamic MIG',
-          'nos': '(d) nos', 'planner': '(e) demand planner', 'planner-pending': "(e') planner, pending only"}
+MINUTE = 60.0
+
+# The event source's defaults (docs/eda.md: quiet_period 10, max_delay 60) and nos's batch (10 s quiet, 60 s at most).
+QUIET_SECONDS, MAX_DELAY_SECONDS = 10.0, 60.0
+# From a run's start to the plan's read of pods and GPUs: rulebook to playbook ~1 s, planning ~10 s (docs/eda.md).
+READ_SECONDS = 11.0
+# A run's remaining wait on the test cluster was hand-over and apply 12-13 s and device plugin 2-3.5 s with a 2 s
+# kubelet status period (docs/eda.md); a stock kubelet (10 s) adds ~8 s: 11 + 12.5 + 11.5 = 35 s by default.
+RUN_SECONDS = 35.0
+DRA_SECONDS = 10.0
+# Assumed for nos: its agent's NVML changes, the device plugin's restart and a stock kubelet's status period.
+NOS_SECONDS = 20.0
+
+# Event kinds, in the order they are handled at equal times: a pod gives up before anything else happens.
+GIVE_UP, RELEASE, ARRIVE, POLICY = 0, 1, 2, 3
 
 
-def daytime(minute):
-    return 8 <= (minute // 60) % 24 < 20
+def daytime(seconds):
+    """Whether ``seconds`` into the replay (which starts at 00:00) is in the day mix (08:00-20:00)."""
+    return 8 <= int(seconds // 3600) % 24 < 20
 
 
 class Request(object):
-    __slots__ = ('number', 'arrival', 'hold', 'profile', 'placed_at', 'gpu', 'instance')
+    """One pod asking for one MIG device: its arrival and holding time (seconds), profile, and what became of it."""
+    __slots__ = ('number', 'arrival', 'hold', 'profile', 'placed_at', 'running_at', 'gpu', 'instance')
 
     def __init__(self, number, arrival, hold, profile):
         self.number = number
@@ -112,12 +141,16 @@ class Request(object):
         self.hold = hold
         self.profile = profile
         self.placed_at = None
+        self.running_at = None
         self.gpu = None
         self.instance = None
 
     @property
     def name(self):
         return 'bench/pod-%d' % self.number
+
+    def fresh(self):
+        return Request(self.number, self.arrival, self.hold, self.profile)
 
 
 def shape_profiles():
@@ -135,31 +168,31 @@ def shape_profiles():
     return shapes
 
 
-def request_stream(options, shapes, fleet_slices):
-    """The seeded requests, in arrival order (minutes)."""
-    rng = random.Random(options.seed)
+def request_stream(seed, hours, load, burst, shapes, fleet_slices):
+    """The seeded requests of one replay, in arrival order (seconds from 00:00)."""
+    rng = random.Random(seed)
     mean_slices = sum(memory * share for dummy, memory, share in DAY_MIX)
     mean_hold = sum(MEAN_HOLD[compute] * share for compute, dummy, share in DAY_MIX)
-    base_rate = options.load * fleet_slices / (mean_slices * mean_hold)   # per minute
+    base_rate = load * fleet_slices / (mean_slices * mean_hold)   # per minute
     requests = []
-    end = options.hours * 60.0
+    end = hours * 60.0
 
     def add(arrival, mix):
         compute, memory = rng.choices([(c, m) for c, m, dummy in mix], [s for dummy, dummy2, s in mix])[0]
         model = rng.choice(MODELS)
-        requests.append(Request(0, arrival, rng.expovariate(1.0 / MEAN_HOLD[compute]), shapes[model][(compute, memory)]))
+        requests.append(Request(0, arrival * MINUTE, rng.expovariate(1.0 / MEAN_HOLD[compute]) * MINUTE, shapes[model][(compute, memory)]))
 
     now = 0.0
     while True:
-        now += rng.expovariate(base_rate * (1.3 if daytime(int(now)) else 0.7))
+        now += rng.expovariate(base_rate * (1.3 if daytime(now * MINUTE) else 0.7))
         if now >= end:
             break
-        add(now, DAY_MIX if daytime(int(now)) else NIGHT_MIX)
-    for day in range(int(options.hours // 24) + 1):
+        add(now, DAY_MIX if daytime(now * MINUTE) else NIGHT_MIX)
+    for day in range(int(hours // 24) + 1):
         for hour in BURST_HOURS:
             start = (day * 24 + hour) * 60.0
             if start < end:
-                for dummy in range(options.burst):
+                for dummy in range(burst):
                     add(start + rng.uniform(0, 5), ((1, 1, 0.7), (2, 2, 0.3)))
     requests.sort(key=lambda r: r.arrival)
     for number, request in enumerate(requests):
@@ -168,6 +201,7 @@ def request_stream(options, shapes, fleet_slices):
 
 
 def shipped_layouts():
+    """{layout name: {model: {profile: count}}} of the shipped catalog's all-balanced, daytime and nighttime."""
     with open(CATALOG_FILE) as handle:
         configs = validate_document(yaml.safe_load(handle))
     layouts = {}
@@ -181,7 +215,7 @@ def shipped_layouts():
 
 
 class Gpu(object):
-    """One simulated GPU: instances [id, profile, start, request or None] and cached figures."""
+    """One simulated GPU: instances [id, profile, start, request or None]."""
 
     def __init__(self, node, index, model):
         self.node = node
@@ -217,72 +251,34 @@ class Gpu(object):
                 return start
         return None
 
+    def held_slices(self):
+        return sum(self.catalog.get(i[1]).memory_slices for i in self.instances if i[3] is not None)
+
     def state_key(self):
         return (self.model, tuple(sorted((i[1], i[2]) for i in self.instances)))
 
+    def as_facts(self):
+        """The GPU as nvidia_mig_facts returns it (with the pods that hold each instance), for the demand planner."""
+        instances = [{'id': i[0], 'profile': i[1], 'placement': {'start': i[2], 'size': self.catalog.get(i[1]).memory_slices},
+                      'allocated_to': [i[3].name] if i[3] is not None else [], 'compute_instances': []} for i in self.instances]
+        return {'index': self.index, 'uuid': None, 'profiles': self.data.profiles, 'gpu_instances': instances, 'allocated_to': []}
 
-_STRANDED = {}
-
-
-def stranded(gpu):
-    key = gpu.state_key()
-    if key not in _STRANDED:
-        _STRANDED[key] = analyze(gpu.catalog, gpu.occupancy())['stranded_slices']
-    return _STRANDED[key]
-
-
-class Replay(object):
-    """One policy replaying the stream minute by minute."""
-
-    def __init__(self, policy, requests, options, layouts):
-        self.policy = policy
-        self.options = options
-        self.layouts = layouts
-        self.requests = [Request(r.number, r.arrival, r.hold, r.profile) for r in requests]
-        self.gpus = [Gpu('node-%s' % model, index, model) for model in MODELS for index in range(options.gpus)]
-        self.waiting = []
-        self.releases = []
-        self.reconfigurations = 0
-        self.evicted = 0
-        self.stranded_minutes = 0.0
-        self.dirty = False
-        if policy == 'static':
-            for gpu in self.gpus:
-                self.converge(gpu, layouts['all-balanced'][gpu.model], count=False)
-
-    # -- shared mechanics ------------------------------------------------------------------
-
-    def bind(self, request, gpu, instance, now):
-        instance[3] = request
-        request.placed_at = now
-        request.gpu = gpu
-        request.instance = instance
-        heapq.heappush(self.releases, (now + request.hold, request.number, request))
-
-    def bind_free(self, request, now):
-        for gpu in self.gpus:
-            instance = gpu.free_instance(request.profile)
-            if instance is not None:
-                self.bind(request, gpu, instance, now)
-                return True
-        return False
-
-    def converge(self, gpu, target, count=True):
-        """The in-place switch to ``target`` ({profile: count}) through plan_gpu (_mig_planner), as the
-        mig_layout role runs it: instances pods hold stay (they are added to the target when the layout
-        lacks them) and, where the whole layout no longer fits around them, the layout's most numerous
-        profile gives up one instance at a time until it does."""
-        holders = GpuHolders(instances=dict((i[0], (i[3].name,)) for i in gpu.instances if i[3] is not None))
+    def converge(self, target):
+        """The in-place switch to ``target`` ({profile: count}) through plan_gpu (_mig_planner), as the mig_layout role
+        runs it: instances pods hold stay (added to the target when the layout lacks them) and, where the whole layout
+        no longer fits around them, the layout's most numerous profile gives up one instance at a time until it does.
+        Returns the plan's actions applied (empty: nothing changed)."""
+        holders = GpuHolders(instances=dict((i[0], (i[3].name,)) for i in self.instances if i[3] is not None))
         wanted = dict(target)
         held = {}
-        for instance in gpu.instances:
+        for instance in self.instances:
             if instance[3] is not None:
                 held[instance[1]] = held.get(instance[1], 0) + 1
         for profile, number in held.items():
             wanted[profile] = max(wanted.get(profile, 0), number)
-        data = dataclasses.replace(gpu.data, index=gpu.index, gpu_instances=tuple(
-            GpuInstance(i[0], i[1], Placement(i[2], gpu.catalog.get(i[1]).memory_slices),
-                        compute_instances=(ComputeInstance(0, i[1], Placement(0, 1)),)) for i in gpu.instances))
+        data = dataclasses.replace(self.data, index=self.index, gpu_instances=tuple(
+            GpuInstance(i[0], i[1], Placement(i[2], self.catalog.get(i[1]).memory_slices),
+                        compute_instances=(ComputeInstance(0, i[1], Placement(0, 1)),)) for i in self.instances))
         while True:
             try:
                 plan = plan_gpu(data, wanted, holders=holders)
@@ -290,90 +286,283 @@ class Replay(object):
             except PlanningError:
                 spare = sorted((n for n in wanted if wanted[n] > held.get(n, 0)), key=lambda n: (-(wanted[n] - held.get(n, 0)), n))
                 if not spare:
-                    return
+                    return []
                 wanted[spare[0]] -= 1
-        by_id = dict((i[0], i) for i in gpu.instances)
+        by_id = dict((i[0], i) for i in self.instances)
         for action in plan.actions:
             if action['action'] == 'destroy_gpu_instance':
-                gpu.instances.remove(by_id[action['gpu_instance_id']])
+                self.instances.remove(by_id[action['gpu_instance_id']])
             elif action['action'] == 'create_gpu_instance':
-                gpu.create(action['profile'], action['placement']['start'])
-        if plan.changed and count:
-            self.reconfigurations += 1
+                self.create(action['profile'], action['placement']['start'])
+        return plan.actions
 
-    # -- the replay ------------------------------------------------------------------------
+
+_STRANDED = {}
+
+
+def stranded(gpu):
+    """The GPU's stranded memory slices now (_mig_geometry.analyze), cached by its state."""
+    key = gpu.state_key()
+    if key not in _STRANDED:
+        _STRANDED[key] = analyze(gpu.catalog, gpu.occupancy())['stranded_slices']
+    return _STRANDED[key]
+
+
+class Replay(object):
+    """One policy replaying one request stream, event by event, with kube-scheduler binding the pods.
+
+    Subclasses are the policies: they set the GPUs up (:meth:`start`), say how a node serves a pod
+    (:meth:`device_on`), and react to unschedulable pods and ended pods (:meth:`on_unschedulable`,
+    :meth:`on_pod_ended`); :meth:`at` queues their own events."""
+
+    label = 'replay'
+    start_seconds = 0.0   # from binding to running (the pod's hold starts then)
+
+    def __init__(self, requests, options, seed):
+        self.options = options
+        self.requests = [r.fresh() for r in requests]
+        self.gpus = [Gpu('node-%s' % model, index, model) for model in MODELS for index in range(options.gpus)]
+        self.nodes = sorted(set(g.node for g in self.gpus))
+        self.node_slices = dict((n, sum(g.catalog.total_slices for g in self.gpus if g.node == n)) for n in self.nodes)
+        self.rng = random.Random('%s/%s' % (seed, self.label))
+        self.events = []
+        self.sequence = 0
+        self.now = 0.0
+        self.waiting = []
+        self.cordoned = {}    # node -> until when
+        self.reconfigurations = 0
+        self.cordons = 0
+        self.evicted = 0
+        self.runs = 0
+        self.lost_with_room = 0   # pods that gave up while some GPU had room for them, idle instances counted as free
+        self.stranded_seconds = 0.0
+
+    # -- the event loop ----------------------------------------------------------------------
+
+    def at(self, when, kind, handler, *args):
+        """Queue ``handler(*args)`` at ``when`` (seconds); at equal times by ``kind``, then in order queued."""
+        self.sequence += 1
+        heapq.heappush(self.events, (when, kind, self.sequence, handler, args))
 
     def run(self):
-        arrivals = list(self.requests)
-        position = 0
-        end = int(self.options.hours * 60)
-        for minute in range(end + 1):
-            released = False
-            while self.releases and self.releases[0][0] <= minute:
-                dummy, dummy2, request = heapq.heappop(self.releases)
-                self.release(request, minute)
-                released = True
-            if released and self.policy == 'planner':
-                # (e) also runs when MIG pods end, before new pods arrive: the idle instances go at once
-                self.planner_tick(minute)
-            while position < len(arrivals) and arrivals[position].arrival < minute + 1:
-                request = arrivals[position]
-                position += 1
-                if not self.arrive(request, minute):
-                    self.waiting.append(request)
-                    self.dirty = True
-            self.waiting = [r for r in self.waiting if r.placed_at is None and minute - r.arrival <= self.options.patience]
-            self.tick(minute)
-            self.waiting = [r for r in self.waiting if r.placed_at is None]
-            self.stranded_minutes += sum(stranded(gpu) for gpu in self.gpus)
+        """Replay every request to the end of the stream's hours; returns self (see :func:`figures`)."""
+        for request in self.requests:
+            self.at(request.arrival, ARRIVE, self.arrive, request)
+            self.at(request.arrival + self.options.patience * MINUTE, GIVE_UP, self.give_up, request)
+        self.start()
+        end = self.options.hours * 3600.0
+        stranded_now = sum(stranded(g) for g in self.gpus)
+        while self.events and self.events[0][0] <= end:
+            when, dummy, dummy2, handler, args = heapq.heappop(self.events)
+            self.stranded_seconds += stranded_now * (when - self.now)
+            self.now = when
+            handler(*args)
+            stranded_now = sum(stranded(g) for g in self.gpus)
+        self.stranded_seconds += stranded_now * (end - self.now)
         return self
 
-    def arrive(self, request, minute):
-        if self.bind_free(request, minute):
-            return True
-        if self.policy == 'dra':
-            return self.dra_create(request, minute)
-        return False
+    def arrive(self, request):
+        self.waiting.append(request)
+        if not self.schedule(request):
+            self.on_unschedulable(request)
 
-    def release(self, request, minute):
+    def give_up(self, request):
+        if request.placed_at is None and request in self.waiting:
+            self.waiting.remove(request)
+            if any(g.lowest_start(request.profile, g.occupancy(without=[i for i in g.instances if i[3] is None])) is not None
+                   for g in self.gpus):
+                self.lost_with_room += 1
+
+    def release(self, request):
         request.instance[3] = None
-        if self.policy == 'dra':
-            request.gpu.instances.remove(request.instance)
-            self.reconfigurations += 1
-        self.dirty = True
+        self.released(request)
+        self.schedule_waiting()
+        if self.waiting:
+            self.on_pod_ended()
 
-    def tick(self, minute):
-        if self.policy == 'day/night' and minute % (24 * 60) in (8 * 60, 20 * 60) or (self.policy == 'day/night' and minute == 0):
-            layout = 'daytime' if daytime(minute) else 'nighttime'
-            for gpu in self.gpus:
-                self.converge(gpu, self.layouts[layout][gpu.model], count=minute > 0)
-        for request in list(self.waiting):
-            if self.bind_free(request, minute):
+    # -- kube-scheduler ----------------------------------------------------------------------
+
+    def schedule(self, request):
+        """Bind ``request`` as kube-scheduler would (filter, LeastAllocated score, random among the best): bool."""
+        best = []
+        best_share = None
+        for node in self.nodes:
+            if self.cordoned.get(node, -1.0) > self.now:
                 continue
-            if self.policy == 'dra':
-                self.dra_create(request, minute)
-        if self.policy == 'nos' and self.waiting:
-            self.nos_tick(minute)
-        if self.dirty and (self.policy == 'planner' or (self.policy == 'planner-pending' and self.waiting)):
-            self.planner_tick(minute)
-        self.dirty = False
+            found = self.device_on(node, request.profile)
+            if found is None:
+                continue
+            share = float(sum(g.held_slices() for g in self.gpus if g.node == node)) / self.node_slices[node]
+            if best_share is None or share < best_share - 1e-9:
+                best, best_share = [found], share
+            elif abs(share - best_share) <= 1e-9:
+                best.append(found)
+        if not best:
+            return False
+        gpu, instance = best[0] if len(best) == 1 else self.rng.choice(best)
+        if instance is None:
+            instance = self.prepare(gpu, request.profile)
+        instance[3] = request
+        request.placed_at = self.now
+        request.running_at = self.now + self.start_seconds
+        request.gpu = gpu
+        request.instance = instance
+        self.waiting.remove(request)
+        self.at(request.running_at + request.hold, RELEASE, self.release, request)
+        return True
 
-    # -- (c) DRA driver's dynamic MIG --------------------------------------------------------
+    def schedule_waiting(self):
+        """The scheduler's retry of every waiting pod, in queue order, after a cluster event."""
+        for request in sorted(self.waiting, key=lambda r: (r.arrival, r.number)):
+            self.schedule(request)
 
-    def dra_create(self, request, minute):
+    # -- what a policy says --------------------------------------------------------------------
+
+    def start(self):
+        """Set the GPUs up before the first request."""
+
+    def device_on(self, node, profile):
+        """(gpu, instance) of a free device of ``profile`` on ``node`` (the kubelet's pick: lowest GPU, then start), or
+        (gpu, None) where :meth:`prepare` creates one, or None."""
         for gpu in self.gpus:
-            start = gpu.lowest_start(request.profile)
-            if start is not None:
-                self.bind(request, gpu, gpu.create(request.profile, start), minute)
-                self.reconfigurations += 1
-                return True
-        return False
+            if gpu.node == node:
+                instance = gpu.free_instance(profile)
+                if instance is not None:
+                    return gpu, instance
+        return None
 
-    # -- (d) nos ---------------------------------------------------------------------------
+    def prepare(self, gpu, profile):
+        raise NotImplementedError
 
-    def nos_tick(self, minute):
-        for request in list(self.waiting):
-            if request.placed_at is not None or self.bind_free(request, minute):
+    def released(self, request):
+        """A pod's device is free again."""
+
+    def on_unschedulable(self, request):
+        """A new pod found no device."""
+
+    def on_pod_ended(self):
+        """A pod ended while others wait (after the scheduler's retry)."""
+
+    def reconfigured(self, actions):
+        if actions:
+            self.reconfigurations += 1
+
+
+class StaticLayout(Replay):
+    """(a): one layout ({model: {profile: count}}) on every GPU, never changed."""
+    label = '(a) static all-balanced'
+
+    def __init__(self, requests, options, seed, layout):
+        super(StaticLayout, self).__init__(requests, options, seed)
+        self.layout = layout
+
+    def start(self):
+        for gpu in self.gpus:
+            gpu.converge(self.layout[gpu.model])
+
+
+class DayNight(Replay):
+    """(b): daytime at 08:00 and nighttime at 20:00 through the in-place switch (one run, cordon where it destroys)."""
+    label = '(b) day/night schedule'
+
+    def __init__(self, requests, options, seed, layouts):
+        super(DayNight, self).__init__(requests, options, seed)
+        self.layouts = layouts
+
+    def start(self):
+        for gpu in self.gpus:
+            gpu.converge(self.layouts['nighttime'][gpu.model])
+        for day in range(int(self.options.hours // 24) + 1):
+            for hour, name in ((8, 'daytime'), (20, 'nighttime')):
+                self.at((day * 24 + hour) * 3600.0, POLICY, self.switch, name)
+
+    def switch(self, name):
+        self.runs += 1
+        for node in self.nodes:
+            trial = [Gpu(g.node, g.index, g.model) for g in self.gpus if g.node == node]
+            for copy, gpu in zip(trial, [g for g in self.gpus if g.node == node]):
+                copy.instances = [list(i) for i in gpu.instances]
+                copy.next_id = gpu.next_id
+            if any(a['action'] == 'destroy_gpu_instance' for copy in trial for a in copy.converge(self.layouts[name][copy.model])):
+                self.cordons += 1
+                self.cordoned[node] = self.now + self.options.run_seconds
+        self.at(self.now + self.options.run_seconds, POLICY, self.apply, name)
+
+    def apply(self, name):
+        for gpu in self.gpus:
+            self.reconfigured(gpu.converge(self.layouts[name][gpu.model]))
+        self.schedule_waiting()
+
+
+class DraDynamicMig(Replay):
+    """(c): NVIDIA's DRA driver, dynamic MIG: a device per placement, created at prepare, destroyed at unprepare."""
+    label = '(c) DRA dynamic MIG'
+
+    @property
+    def start_seconds(self):
+        return self.options.dra_seconds
+
+    def device_on(self, node, profile):
+        for gpu in self.gpus:
+            if gpu.node == node and gpu.lowest_start(profile) is not None:
+                return gpu, None
+        return None
+
+    def prepare(self, gpu, profile):
+        self.reconfigurations += 1
+        return gpu.create(profile, gpu.lowest_start(profile))
+
+    def released(self, request):
+        request.gpu.instances.remove(request.instance)
+        self.reconfigurations += 1
+
+
+class Debounced(Replay):
+    """A policy that acts on bursts of unschedulable pods: a burst closes ``QUIET_SECONDS`` after its latest pod or
+    ``MAX_DELAY_SECONDS`` after its first (the event source's defaults; nos's batch has the same figures)."""
+    release_trigger = False
+
+    def __init__(self, *args):
+        super(Debounced, self).__init__(*args)
+        self.burst = None   # [first, latest, closing event sequence]
+
+    def on_unschedulable(self, request):
+        self.open_burst()
+
+    def on_pod_ended(self):
+        if self.release_trigger:
+            self.open_burst()
+
+    def open_burst(self):
+        if self.burst is None:
+            self.burst = [self.now, self.now]
+        self.burst[1] = self.now
+        close = min(self.burst[1] + QUIET_SECONDS, self.burst[0] + MAX_DELAY_SECONDS)
+        self.at(close, POLICY, self.maybe_close, close)
+
+    def maybe_close(self, close):
+        if self.burst is None or close < min(self.burst[1] + QUIET_SECONDS, self.burst[0] + MAX_DELAY_SECONDS):
+            return
+        self.burst = None
+        if self.waiting:   # a burst whose pods were all scheduled meanwhile tells nothing
+            self.closed()
+
+    def closed(self):
+        raise NotImplementedError
+
+
+class NosInspired(Debounced):
+    """(d): batches of pending pods; per pod, the first GPU whose free instances, destroyed, make room."""
+    label = '(d) nos-inspired'
+
+    def closed(self):
+        self.at(self.now + self.options.nos_seconds, POLICY, self.partition)
+
+    def partition(self):
+        self.runs += 1
+        changed = set()
+        for request in sorted(self.waiting, key=lambda r: (r.arrival, r.number)):
+            if any(g.free_instance(request.profile) is not None for g in self.gpus):
                 continue
             for gpu in self.gpus:
                 free = [i for i in gpu.instances if i[3] is None]
@@ -382,56 +571,86 @@ class Replay(object):
                     continue
                 for instance in free:
                     gpu.instances.remove(instance)
-                self.bind(request, gpu, gpu.create(request.profile, start), minute)
+                gpu.create(request.profile, start)
                 for instance in sorted(free, key=lambda i: i[2]):
                     again = gpu.lowest_start(instance[1])
                     if again is not None:
                         gpu.create(instance[1], again)
-                self.reconfigurations += 1
+                changed.add((gpu.node, gpu.index))
                 break
+        self.reconfigurations += len(changed)
+        self.schedule_waiting()
 
-    # -- (e) this planner ------------------------------------------------------------------
 
-    def planner_tick(self, minute):
+class ShippedDemand(Debounced):
+    """(e): the event source's bursts run playbooks/mig_demand.yml one at a time; the plan's generated layout is
+    realised by the in-place switch (plan_gpu), the nodes whose change destroys instances cordoned meanwhile."""
+    label = '(e) shipped: new pods'
+    policy = {}
+
+    def __init__(self, *args):
+        super(ShippedDemand, self).__init__(*args)
+        self.queued = 0
+        self.running = False
+
+    def closed(self):
+        self.queued += 1
+        if not self.running:
+            self.next_run()
+
+    def next_run(self):
+        if not self.queued:
+            self.running = False
+            return
+        self.queued -= 1
+        self.running = True
+        self.runs += 1
+        self.at(self.now + READ_SECONDS, POLICY, self.plan)
+
+    def plan(self):
+        if not self.waiting:   # the playbook plans for the pods still waiting (still_waiting)
+            self.next_run()
+            return
         nodes = {}
-        by_key = {}
         for gpu in self.gpus:
-            instances = []
-            for instance in gpu.instances:
-                holder = [instance[3].name] if instance[3] is not None else []
-                instances.append({'id': instance[0], 'profile': instance[1],
-                                  'placement': {'start': instance[2], 'size': gpu.catalog.get(instance[1]).memory_slices},
-                                  'allocated_to': holder, 'compute_instances': []})
-                by_key[(gpu.node, gpu.index, instance[0])] = instance
-            nodes.setdefault(gpu.node, {'gpus': []})['gpus'].append(
-                {'index': gpu.index, 'uuid': None, 'profiles': gpu.data.profiles, 'gpu_instances': instances, 'allocated_to': []})
-        pending = [{'pod': r.name, 'priority': 0, 'created': '%09.3f' % r.arrival, 'requests': {r.profile: 1}} for r in self.waiting]
-        plan = plan_demand(nodes, pending, PLANNER_POLICY)
+            nodes.setdefault(gpu.node, {'gpus': []})['gpus'].append(gpu.as_facts())
+        pending = [{'pod': r.name, 'priority': 0, 'created': '%012.3f' % r.arrival, 'requests': {r.profile: 1}}
+                   for r in self.waiting]
+        plan = plan_demand(nodes, pending, self.policy)
         self.evicted += len(plan['evictions'])
-        by_name = dict((r.name, r) for r in self.waiting)
-        gpus = dict(((gpu.node, gpu.index), gpu) for gpu in self.gpus)
-        created = {}
+        targets = []
         for node in sorted(plan['nodes']):
-            for view in plan['nodes'][node]['gpus']:
-                if not view['actions']:
-                    continue
-                gpu = gpus[(node, view['index'])]
-                self.reconfigurations += 1
-                for action in view['actions']:
-                    if action['action'] == 'destroy_gpu_instance':
-                        gpu.instances.remove(by_key[(node, view['index'], action['gpu_instance_id'])])
-                    else:
-                        created[(node, view['index'], action['profile'], action['placement']['start'])] = \
-                            gpu.create(action['profile'], action['placement']['start'])
-        for served in plan['served']:
-            request = by_name[served['pod']]
-            device = served['devices'][0]
-            gpu = gpus[(served['node'], device['gpu'])]
-            if device['instance'] == 'new':
-                instance = created[(served['node'], device['gpu'], device['profile'], device['start'])]
-            else:
-                instance = by_key[(served['node'], device['gpu'], device['instance'])]
-            self.bind(request, gpu, instance, minute)
+            view = plan['nodes'][node]
+            if not view['changed']:
+                continue
+            if view['cordon']:
+                self.cordons += 1
+                self.cordoned[node] = self.now + self.options.run_seconds - READ_SECONDS
+            entries = view['layout']['config'][view['layout']['name']]
+            for entry in entries:
+                targets.append((node, entry['devices'][0], entry['mig-devices']))
+        if not targets:
+            self.next_run()
+            return
+        self.at(self.now + self.options.run_seconds - READ_SECONDS, POLICY, self.apply, targets)
+
+    def apply(self, targets):
+        gpus = dict(((g.node, g.index), g) for g in self.gpus)
+        for node, index, counts in targets:
+            self.reconfigured(gpus[(node, index)].converge(counts))
+        self.schedule_waiting()
+        self.next_run()
+
+
+class ShippedDemandReleaseTrigger(ShippedDemand):
+    label = '(e+r) shipped + release trigger'
+    release_trigger = True
+
+
+class ReleaseIdleDemand(ShippedDemand):
+    label = '(e+r) + release_idle policy'
+    release_trigger = True
+    policy = {'release_idle': True}
 
 
 def percentile(values, share):
@@ -441,43 +660,98 @@ def percentile(values, share):
     return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
 
 
+def figures(replay):
+    """What one replay achieved: placed requests, minutes pending to running (mean, p95), reconfigurations, cordons,
+    runs, evictions, stranded slice-hours, and the pods that gave up while a GPU had room for them (idle instances
+    counted as free: lost to the policy's reaction, not to packing)."""
+    waits = [(r.running_at - r.arrival) / MINUTE for r in replay.requests if r.placed_at is not None]
+    return {'requests': len(replay.requests), 'placed': len(waits), 'mean_pending': sum(waits) / len(waits) if waits else 0.0,
+            'p95_pending': percentile(waits, 0.95), 'reconfigurations': replay.reconfigurations, 'cordons': replay.cordons,
+            'runs': replay.runs, 'evicted': replay.evicted, 'stranded_slice_hours': replay.stranded_seconds / 3600.0,
+            'lost_with_room': replay.lost_with_room}
+
+
+def policies(layouts, release_idle=False):
+    """(label, factory(requests, options, seed)) of each policy compared, in print order; the release_idle variant
+    (not the shipped policy, and three times the CPU of the others together) only when asked."""
+    return [
+        (StaticLayout.label, lambda r, o, s: StaticLayout(r, o, s, layouts['all-balanced'])),
+        (DayNight.label, lambda r, o, s: DayNight(r, o, s, layouts)),
+        (DraDynamicMig.label, DraDynamicMig),
+        (NosInspired.label, NosInspired),
+        (ShippedDemand.label, ShippedDemand),
+        (ShippedDemandReleaseTrigger.label, ShippedDemandReleaseTrigger),
+    ] + ([(ReleaseIdleDemand.label, ReleaseIdleDemand)] if release_idle else [])
+
+
+def spread(values, form='%d'):
+    return '/'.join(form % v for v in (min(values), statistics.median(values), max(values)))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
-    parser.add_argument('--seed', default='gpufleet-demand-1', help='seed of the request stream (default %(default)s)')
-    parser.add_argument('--hours', type=float, default=48.0, help='replayed hours (default %(default)s)')
+    parser.add_argument('--seeds', type=int, default=4, help='request streams replayed (default %(default)s)')
+    parser.add_argument('--seed', default='gpufleet-demand', help='seed prefix, -1 .. -N appended (default %(default)s)')
+    parser.add_argument('--hours', type=float, default=24.0, help='replayed hours per seed (default %(default)s)')
     parser.add_argument('--gpus', type=int, default=4, help='GPUs per node, one node per model (default %(default)s)')
     parser.add_argument('--load', type=float, default=0.9, help='offered load, share of memory slices (default %(default)s)')
     parser.add_argument('--burst', type=int, default=24, help='small requests in each 09:00 and 14:00 burst (default %(default)s)')
     parser.add_argument('--patience', type=float, default=30.0, help='minutes a pod waits before it gives up (default %(default)s)')
+    parser.add_argument('--run-seconds', type=float, default=RUN_SECONDS,
+                        help='a playbook run from its start to the slices schedulable (default %(default)s)')
+    parser.add_argument('--dra-seconds', type=float, default=DRA_SECONDS, help='DRA: binding to running (default %(default)s)')
+    parser.add_argument('--release-idle', action='store_true', help="also replay (e+r) with mig_demand_policy {release_idle: true}")
+    parser.add_argument('--nos-seconds', type=float, default=NOS_SECONDS, help='nos: batch closed to devices schedulable (default %(default)s)')
     options = parser.parse_args(argv)
-    if options.gpus < 1 or options.hours <= 0 or options.load <= 0 or options.patience < 0 or options.burst < 0:
-        parser.error('--gpus, --hours and --load must be positive, --patience and --burst not negative')
+    if options.gpus < 1 or options.hours <= 0 or options.load <= 0 or options.patience < 0 or options.burst < 0 or options.seeds < 1:
+        parser.error('--seeds, --gpus, --hours and --load must be positive, --patience and --burst not negative')
+    if options.run_seconds < READ_SECONDS:
+        parser.error('--run-seconds must be at least the %g s a run takes to read the pods and GPUs' % READ_SECONDS)
     started = time.perf_counter()
     cpu_started = time.process_time()
     shapes = shape_profiles()
     fleet_slices = sum(Catalog.from_data(model_gpu(m).profiles).total_slices for m in MODELS) * options.gpus
-    requests = request_stream(options, shapes, fleet_slices)
     layouts = shipped_layouts()
-    print('Demand benchmark: seed %s, %g h, %d GPUs on each of %s (%d memory slices), offered load %.2f, '
-          'bursts of %d at %s, patience %g min, %d requests'
-          % (options.seed, options.hours, options.gpus, ', '.join(MODELS), fleet_slices, options.load, options.burst,
-             ' and '.join('%02d:00' % h for h in BURST_HOURS), options.patience, len(requests)))
-    columns = ('policy', 'requests', 'placed', 'mean pending', 'p95 pending', 'reconfig', 'evicted', 'stranded slice-h')
-    header = '%-26s %8s %8s %13s %12s %9s %8s %17s' % columns
+    seeds = ['%s-%d' % (options.seed, n) for n in range(1, options.seeds + 1)]
+    print('Demand benchmark: seeds %s, %g h each, %d GPUs on each of %s (%d memory slices), offered load %.2f, '
+          'bursts of %d at %s, patience %g min'
+          % (', '.join(seeds), options.hours, options.gpus, ', '.join(MODELS), fleet_slices, options.load, options.burst,
+             ' and '.join('%02d:00' % h for h in BURST_HOURS), options.patience))
+    print('Latencies (s): playbook run %g (pods and GPUs read at %g; docs/eda.md measured 29-33 pending to running with a '
+          '2 s kubelet status, 43-72 under load), event source quiet %g / max %g, DRA bind to running %g (its CI: within 10 on GB200), '
+          'nos batch 10 / 60 then %g (assumed)'
+          % (options.run_seconds, READ_SECONDS, QUIET_SECONDS, MAX_DELAY_SECONDS, options.dra_seconds, options.nos_seconds))
+    results = dict((label, []) for label, dummy in policies(layouts, options.release_idle))
+    for seed in seeds:
+        requests = request_stream(seed, options.hours, options.load, options.burst, shapes, fleet_slices)
+        for label, factory in policies(layouts, options.release_idle):
+            results[label].append(figures(factory(requests, options, seed).run()))
+    static = results[StaticLayout.label]
+    dra = results[DraDynamicMig.label]
+    print('Per seed, requests placed (requests: %s):' % ', '.join(str(f['requests']) for f in static))
+    for label, dummy in policies(layouts, options.release_idle):
+        print('  %-32s %s' % (label, '  '.join('%5d' % f['placed'] for f in results[label])))
+    columns = ('policy (min/median/max over seeds)', 'placed', 'vs static', 'vs DRA', 'p95 pending min', 'reconfig',
+               'cordons', 'runs', 'evicted', 'stranded slice-h', 'lost with room')
+    header = '%-34s %14s %17s %14s %16s %16s %14s %14s %7s %17s %15s' % columns
     print(header)
     print('-' * len(header))
-    results = {}
-    for policy in POLICIES:
-        replay = Replay(policy, requests, options, layouts).run()
-        waits = [r.placed_at - r.arrival for r in replay.requests if r.placed_at is not None]
-        placed = len(waits)
-        results[policy] = placed
-        print('%-26s %8d %8d %10.1f min %8.1f min %9d %8d %17.1f' % (
-            LABELS[policy], len(requests), placed, sum(waits) / placed if placed else 0.0, percentile(waits, 0.95),
-            replay.reconfigurations, replay.evicted, replay.stranded_minutes / 60.0))
-    best_other = max(results[p] for p in POLICIES if not p.startswith('planner'))
-    print('(e)/(a) requests placed: %.2fx; (e) - best other policy: %+d'
-          % (float(results['planner']) / results['static'] if results['static'] else float('inf'), results['planner'] - best_other))
+    for label, dummy in policies(layouts, options.release_idle):
+        mine = results[label]
+        print('%-34s %14s %17s %14s %16s %16s %14s %14s %7d %17s %15s' % (
+            label, spread([f['placed'] for f in mine]),
+            spread([float(f['placed']) / s['placed'] for f, s in zip(mine, static)], '%.2f'),
+            spread([f['placed'] - d['placed'] for f, d in zip(mine, dra)], '%+d'),
+            spread([f['p95_pending'] for f in mine], '%.1f'), spread([f['reconfigurations'] for f in mine]),
+            spread([f['cordons'] for f in mine]), spread([f['runs'] for f in mine]), max(f['evicted'] for f in mine),
+            spread([f['stranded_slice_hours'] for f in mine], '%.0f'), spread([f['lost_with_room'] for f in mine])))
+    for label in (ShippedDemand.label, ShippedDemandReleaseTrigger.label):
+        mine = results[label]
+        gain = statistics.median([float(f['placed']) / s['placed'] - 1 for f, s in zip(mine, static)])
+        lead = statistics.median([f['placed'] - d['placed'] for f, d in zip(mine, dra)])
+        met = gain >= 0.10 and lead >= 0 and not any(f['evicted'] for f in mine)
+        print('Goal for %s: >= +10 %% placed over static and >= DRA, seeds\' median, 0 evictions: %+.1f %%, %+g vs DRA, %d evicted: %s'
+              % (label, 100 * gain, lead, max(f['evicted'] for f in mine), 'met' if met else 'NOT met'))
     print('run time %.1f s wall, %.1f s CPU (one core)' % (time.perf_counter() - started, time.process_time() - cpu_started))
     return 0
 

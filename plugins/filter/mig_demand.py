@@ -18,10 +18,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_events import unmet_demand_events
 
 
-def mig_demand_plan(nodes, pending, policy=None):
-    """The fleet demand plan of ``pending`` pods on ``nodes`` (node -> nvidia_mig facts) under ``policy``."""
+def mig_demand_plan(nodes, pending, policy=None, cluster=None):
+    """The fleet demand plan of ``pending`` pods on ``nodes`` (node -> nvidia_mig facts) under ``policy``; with
+    ``cluster`` ({nodes: node -> Node object, pods: Pod objects}) only where each pod may run."""
     try:
-        return plan_demand(nodes, pending, policy or {})
+        return plan_demand(nodes, pending, policy or {}, cluster)
     except DemandPlanError as exc:
         raise AnsibleFilterError(str(exc))
 

@@ -18,6 +18,7 @@ __metaclass__ = type
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeFitError, NodeRoom, PodPlacementRules
 
 DISRUPTION_ORDER = ('none', 'create-only', 'destroy-idle', 'evict')
 POLICY_KEYS = ('reshape_nodes', 'floor', 'max_gpus_per_run', 'evict_below_priority', 'running_priorities', 'release_idle')
@@ -66,8 +67,19 @@ def pod_requests(pod):
     return dict((profile, count) for profile, count in total.items() if count)
 
 
-def _pending_pod(entry, position):
-    """One waiting pod in plain form: {pod, priority, priority_class, created, requests}."""
+def _rules(pod, where, name):
+    try:
+        return PodPlacementRules.of_pod(pod)
+    except (NodeFitError, AttributeError, TypeError) as exc:
+        raise DemandPlanError('%s (%s): %s' % (where, name, exc))
+
+
+def _pending_pod(entry, position, objects=None):
+    """One waiting pod in plain form: {pod, priority, priority_class, created, requests, rules}.
+
+    ``rules`` (:class:`PodPlacementRules`, or None when unknown or not asked for) come from the Pod object: the
+    entry itself, or the object of the same ``namespace/name`` in ``objects`` for an entry in plain form; only
+    with ``objects`` (None: no node rule is checked, so nothing is read for them)."""
     where = 'pending[%d]' % position
     if not isinstance(entry, dict):
         raise DemandPlanError('%s must be a mapping (a pod or {pod, priority, requests}), got %s' % (where, type(entry).__name__))
@@ -84,6 +96,7 @@ def _pending_pod(entry, position):
         priority = spec.get('priority') or 0
         priority_class = spec.get('priorityClassName') or ''
         created = metadata.get('creationTimestamp') or ''
+        rules = _rules(entry, where, name) if objects is not None else None
     else:
         name = entry.get('pod')
         if not isinstance(name, str) or name.count('/') != 1 or not all(name.split('/')):
@@ -108,8 +121,40 @@ def _pending_pod(entry, position):
         priority = entry.get('priority', 0)
         priority_class = entry.get('priority_class') or ''
         created = entry.get('created') or ''
+        known = (objects or {}).get(name)
+        rules = _rules(known, where, name) if known is not None else None
     return {'pod': name, 'priority': _int(priority, '%s (%s) priority' % (where, name)),
-            'priority_class': str(priority_class), 'created': str(created), 'requests': requests}
+            'priority_class': str(priority_class), 'created': str(created), 'requests': requests, 'rules': rules}
+
+
+def _object_key(pod):
+    metadata = pod.get('metadata') or {}
+    return '%s/%s' % (metadata.get('namespace') or 'default', metadata.get('name') or '')
+
+
+def _cluster(cluster, node_names):
+    """(room of each plan node, or None for a host with no Node object; Pod objects by namespace/name), or
+    (None, None) without ``cluster``: then no node rule is checked.
+
+    ``cluster``: ``{'nodes': {plan node: Kubernetes Node object}, 'pods': [Pod objects]}``; the pods bound to a
+    node take from its allocatable CPU and memory, and the waiting pods' objects give the rules of entries in
+    plain form."""
+    if cluster is None:
+        return None, None
+    if not isinstance(cluster, dict) or not isinstance(cluster.get('nodes', {}), dict) \
+            or not isinstance(cluster.get('pods', []), list):
+        raise DemandPlanError("cluster must be {'nodes': {node: Node object}, 'pods': [Pod objects]}")
+    objects = cluster.get('nodes') or {}
+    pods = cluster.get('pods') or []
+    if not all(isinstance(p, dict) for p in pods) or not all(isinstance(n, dict) for n in objects.values()):
+        raise DemandPlanError('cluster: every Node and Pod must be an object (a mapping)')
+    rooms = {}
+    for node in node_names:
+        try:
+            rooms[node] = NodeRoom.of_node(objects[node], pods) if objects.get(node) else None
+        except (NodeFitError, AttributeError, TypeError) as exc:
+            raise DemandPlanError('cluster.nodes[%s]: %s' % (node, exc))
+    return rooms, dict((_object_key(p), p) for p in pods)
 
 
 def _policy(policy, node_names):

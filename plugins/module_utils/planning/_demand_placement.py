@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
 import itertools
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError, _floor_of
@@ -58,6 +59,22 @@ class _Instance(object):
         return not (self.gone or self.holders or self.pids or self.serves)
 
 
+# (profiles as given, their Catalog): a fleet has a few models, and a plan reads every GPU's profiles (a benchmark
+# plans thousands of times). Compared by value, kept as copies: a caller's list may change after the call.
+_CATALOGS = []
+_CATALOGS_KEPT = 16
+
+
+def _catalog(profiles):
+    for known, catalog in _CATALOGS:
+        if known == profiles:
+            return catalog
+    catalog = Catalog.from_data(profiles)
+    _CATALOGS.insert(0, (copy.deepcopy(profiles), catalog))
+    del _CATALOGS[_CATALOGS_KEPT:]
+    return catalog
+
+
 class _Gpu(object):
     def __init__(self, node, data, reshape, floor):
         """``data``: one GPU of the node's nvidia_mig facts (the host model's data and each instance's ``allocated_to``)."""
@@ -67,7 +84,7 @@ class _Gpu(object):
         self.index = gpu.index
         self.uuid = gpu.uuid
         self.name = gpu.name
-        self.catalog = Catalog.from_data(gpu.profiles)
+        self.catalog = _catalog(gpu.profiles)
         self.reshape = reshape
         self.floor = floor
         self.instances = []

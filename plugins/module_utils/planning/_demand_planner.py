@@ -42,6 +42,10 @@ Decisions:
    while a pod needs them (above the floor), and requests are placed on free slices instead of
    being bound to instances left wherever earlier demand put them. GPUs that change only by
    releasing count toward ``max_gpus_per_run`` and keep their instances beyond it.
+10. Where the pod may run (with ``cluster``: the nodes' objects and the pods): a pod is served only on a node
+   kube-scheduler would bind it to (nodeSelector, required node affinity, taints, allocatable CPU and memory
+   less what bound pods and the pods served earlier in this plan request: _node_fit); a host without a Node
+   object serves nobody. A pod refused everywhere is unmet, its line naming each node's refusal.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -51,26 +55,31 @@ __metaclass__ = type
 import hashlib
 import json
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DISRUPTION_ORDER, DemandPlanError, _pending_pod, _policy
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DISRUPTION_ORDER, DemandPlanError, _cluster, _pending_pod, _policy
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_placement import _CREATE, _DESTROY_IDLE, _EVICT, _floor_allows, _gpus_of, _try_node
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import slice_mask
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NOT_A_NODE_REFUSAL, refusal
 
 LAYOUT_PREFIX = 'demand-'
 
 
 # ---- the plan -------------------------------------------------------------------------------
 
-def plan_demand(nodes, pending, policy=None):
-    """The fleet plan (plain data, see docs/demand.md). Raises DemandPlanError on bad input."""
+def plan_demand(nodes, pending, policy=None, cluster=None):
+    """The fleet plan (plain data, see docs/demand.md). Raises DemandPlanError on bad input.
+
+    ``cluster`` (optional): ``{'nodes': {node: Kubernetes Node object}, 'pods': [Pod objects]}``, the rules of
+    decision 10; without it no node rule is checked."""
     if not isinstance(pending, list):
         raise DemandPlanError('pending must be a list of pods')
-    pods = [_pending_pod(entry, position) for position, entry in enumerate(pending)]
+    if not isinstance(nodes, dict):
+        raise DemandPlanError('nodes must map each node name to its nvidia_mig facts (or their gpus list)')
+    rooms, objects = _cluster(cluster, sorted(nodes))
+    pods = [_pending_pod(entry, position, objects) for position, entry in enumerate(pending)]
     names = [p['pod'] for p in pods]
     duplicates = sorted(set(n for n in names if names.count(n) > 1))
     if duplicates:
         raise DemandPlanError('pending: pod %s is listed more than once' % duplicates[0])
-    if not isinstance(nodes, dict):
-        raise DemandPlanError('nodes must map each node name to its nvidia_mig facts (or their gpus list)')
     settings = _policy(policy, sorted(nodes))
     gpus = _gpus_of(nodes, settings)
     before = dict((id(g), [i.copy() for i in g.instances]) for g in gpus)
@@ -89,7 +98,7 @@ def plan_demand(nodes, pending, policy=None):
         for pod in waiting:
             if pod['pod'] in served:
                 continue
-            signature = (tuple(sorted(pod['requests'].items())), pod['priority'] if stage == _EVICT else None)
+            signature = (tuple(sorted(pod['requests'].items())), pod['priority'] if stage == _EVICT else None, pod['rules'])
             if signature in failed:
                 continue
             budget_left = None
@@ -97,6 +106,8 @@ def plan_demand(nodes, pending, policy=None):
                 budget_left = settings['max_gpus_per_run'] - sum(1 for g in gpus if g.changed)
             best = None
             for node in sorted(by_node):
+                if _refused(rooms, pod, node):
+                    continue
                 tried = _try_node(by_node[node], pod, stage, settings, budget_left, evicted)
                 if tried is not None and (best is None or (tried[0], node) < best[0]):
                     best = ((tried[0], node), tried[1], tried[2])
@@ -109,9 +120,25 @@ def plan_demand(nodes, pending, policy=None):
                 mine.__dict__.update(theirs.__dict__)
             evicted = best[2]
             served[pod['pod']] = node
+            if rooms is not None and pod['rules'] is not None:
+                rooms[node] = rooms[node].taken(pod['rules'])
     if settings['release_idle']:
         _keep_released_within_budget(gpus, settings['max_gpus_per_run'])
-    return _report(gpus, before, pods, waiting, served, evicted, settings)
+    refused = {}
+    for pod in waiting:
+        if pod['pod'] not in served:
+            reasons = [(node, _refused(rooms, pod, node)) for node in sorted(by_node)]
+            refused[pod['pod']] = tuple((node, why) for node, why in reasons if why)
+    return _report(gpus, before, pods, waiting, served, evicted, settings, refused)
+
+
+def _refused(rooms, pod, node):
+    """Why ``pod`` may not run on ``node`` (decision 10), or None; nothing is checked without the cluster."""
+    if rooms is None:
+        return None
+    if pod['rules'] is None:   # a pod known only by its requests: it can run on any Kubernetes node
+        return NOT_A_NODE_REFUSAL if rooms[node] is None else None
+    return refusal(pod['rules'], rooms[node])
 
 
 def _release_idle(gpus):
@@ -194,7 +221,7 @@ def generated_layout(node_gpus):
     return {'name': name, 'config': {name: entries}}
 
 
-def _report(gpus, before, pods, waiting, served, evicted, settings):
+def _report(gpus, before, pods, waiting, served, evicted, settings, refused):
     nodes = {}
     for node in sorted(set(g.node for g in gpus)):
         node_gpus = [g for g in gpus if g.node == node]
@@ -236,8 +263,8 @@ def _report(gpus, before, pods, waiting, served, evicted, settings):
                                         'instance': inst.id if not inst.new else 'new'})
             served_list.append({'pod': pod['pod'], 'node': node, 'devices': devices})
     unmet_pods = [p for p in waiting if p['pod'] not in served]
-    why = _explain_unmet(gpus, unmet_pods, settings)
-    unmet = [why[profile] for profile in sorted(why)]
+    why = _explain_unmet(gpus, unmet_pods, settings, refused)
+    unmet = [why[key] for key in sorted(why)]
     changed = sum(1 for g in gpus if _really_changed(g))
     lines = []
     for node in sorted(nodes):
@@ -249,7 +276,7 @@ def _report(gpus, before, pods, waiting, served, evicted, settings):
     lines.append('%d of %d waiting pod(s) served, %d GPU(s) changed, %d pod(s) to evict'
                  % (len(served_list), len(waiting), changed, len(evicted)))
     # Per unmet pod, the lines of the profiles it asks for: the reason told on the pod (an Event).
-    unmet_reasons = dict((p['pod'], [why[profile] for profile in sorted(p['requests'])]) for p in unmet_pods)
+    unmet_reasons = dict((p['pod'], [why[(profile, refused[p['pod']])] for profile in sorted(p['requests'])]) for p in unmet_pods)
     return {'nodes': nodes, 'served': served_list, 'unmet': unmet, 'unmet_pods': [p['pod'] for p in unmet_pods],
             'unmet_reasons': unmet_reasons, 'evictions': sorted(evicted), 'gpus_changed': changed, 'lines': lines}
 
@@ -282,44 +309,58 @@ def _in_the_way(gpu, profile):
     return best
 
 
-def _explain_unmet(gpus, unmet_pods, settings):
-    """{profile: the one line that explains its unmet demand}."""
+def _explain_unmet(gpus, unmet_pods, settings, refused):
+    """{(profile, the nodes refused and why): the one line that explains that unmet demand}.
+
+    Pods the same nodes refuse for the same reasons share a line; without refusals it is one line per profile."""
     wanted = {}
     for pod in unmet_pods:
         for profile, count in pod['requests'].items():
-            entry = wanted.setdefault(profile, [0, []])
+            entry = wanted.setdefault((profile, refused[pod['pod']]), [0, []])
             entry[0] += count
             entry[1].append(pod['pod'])
     lines = {}
-    for profile_name in sorted(wanted):
-        count, pods = wanted[profile_name]
+    for key in sorted(wanted):
+        profile_name, out = key
+        count, pods = wanted[key]
         head = '%s: %d device(s) for %s unmet' % (profile_name, count, ', '.join(pods))
-        offering = [g for g in gpus if g.catalog.get(profile_name) is not None]
+        offering_anywhere = [g for g in gpus if g.catalog.get(profile_name) is not None]
+        if not offering_anywhere:
+            lines[key] = '%s: no GPU of the fleet offers this profile' % head
+            continue
+        out_nodes = dict(out)
+        refusals = '; '.join('%s: %s' % (node, why) for node, why in out
+                             if any(g.node == node for g in offering_anywhere))
+        offering = [g for g in offering_anywhere if g.node not in out_nodes]
         if not offering:
-            lines[profile_name] = '%s: no GPU of the fleet offers this profile' % head
+            lines[key] = '%s: no node it may run on offers this profile (%s)' % (head, refusals)
             continue
-        open_gpus = [g for g in offering if g.reshape]
-        if not open_gpus:
-            lines[profile_name] = ('%s: only nodes the policy does not let reshape offer it (%s)'
-                                   % (head, ', '.join(sorted(set(g.node for g in offering)))))
-            continue
-        budget = settings['max_gpus_per_run']
-        changed = sum(1 for g in gpus if _really_changed(g))
-        nearest = None
-        for gpu in open_gpus:
-            way = _in_the_way(gpu, gpu.catalog.get(profile_name))
-            if nearest is None or (way[0], gpu.node, gpu.index) < nearest[0]:
-                nearest = ((way[0], gpu.node, gpu.index), gpu, way[1], way[2])
-        dummy, gpu, in_way, processes = nearest
-        if budget is not None and changed >= budget and not in_way and not processes:
-            lines[profile_name] = '%s: max_gpus_per_run (%d) reached; nearest is %s' % (head, budget, gpu.label())
-            continue
-        whole = gpu.catalog.get(profile_name).memory_slices == gpu.catalog.total_slices
-        cause = 'no GPU is free of pods' if whole else 'no GPU has room for it without touching instances pods hold'
-        if not in_way and not processes:
-            cause = 'the floor or the other waiting pods keep every placement taken'
-        detail = '%d pod(s)%s' % (len(in_way), (' (%s)' % ', '.join(in_way)) if in_way else '')
-        if processes:
-            detail += ', processes outside pods on %d instance(s)' % processes
-        lines[profile_name] = '%s: %s; nearest is %s, %s' % (head, cause, gpu.label(), detail)
+        lines[key] = _explain_offered(gpus, offering, profile_name, head, settings) + \
+            (' (it may not run on %s)' % refusals if refusals else '')
     return lines
+
+
+def _explain_offered(gpus, offering, profile_name, head, settings):
+    """The line of a profile some GPU the pods may use offers: why none serves, and the nearest one."""
+    open_gpus = [g for g in offering if g.reshape]
+    if not open_gpus:
+        return ('%s: only nodes the policy does not let reshape offer it (%s)'
+                % (head, ', '.join(sorted(set(g.node for g in offering)))))
+    budget = settings['max_gpus_per_run']
+    changed = sum(1 for g in gpus if _really_changed(g))
+    nearest = None
+    for gpu in open_gpus:
+        way = _in_the_way(gpu, gpu.catalog.get(profile_name))
+        if nearest is None or (way[0], gpu.node, gpu.index) < nearest[0]:
+            nearest = ((way[0], gpu.node, gpu.index), gpu, way[1], way[2])
+    dummy, gpu, in_way, processes = nearest
+    if budget is not None and changed >= budget and not in_way and not processes:
+        return '%s: max_gpus_per_run (%d) reached; nearest is %s' % (head, budget, gpu.label())
+    whole = gpu.catalog.get(profile_name).memory_slices == gpu.catalog.total_slices
+    cause = 'no GPU is free of pods' if whole else 'no GPU has room for it without touching instances pods hold'
+    if not in_way and not processes:
+        cause = 'the floor or the other waiting pods keep every placement taken'
+    detail = '%d pod(s)%s' % (len(in_way), (' (%s)' % ', '.join(in_way)) if in_way else '')
+    if processes:
+        detail += ', processes outside pods on %d instance(s)' % processes
+    return '%s: %s; nearest is %s, %s' % (head, cause, gpu.label(), detail)

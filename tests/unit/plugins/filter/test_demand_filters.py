@@ -51,3 +51,15 @@ def test_plans_from_facts_and_pod_objects():
 def test_bad_input_is_a_filter_error():
     with pytest.raises(AnsibleFilterError, match='^policy: unknown key'):
         FILTERS['mig_demand_plan']({}, [], {'nodes': []})
+
+
+def test_the_cluster_argument_keeps_a_pod_off_nodes_it_may_not_run_on():
+    pod = {'metadata': {'namespace': 'ml', 'name': 'pinned'},
+           'spec': {'nodeSelector': {'pool': 'b'}, 'containers': [{'resources': {'limits': {'nvidia.com/mig-1g.10gb': 1}}}]}}
+    cluster = {'nodes': {'node-a': {'metadata': {'name': 'node-a', 'labels': {'pool': 'a'}}},
+                         'node-b': {'metadata': {'name': 'node-b', 'labels': {'pool': 'b'}}}}, 'pods': []}
+    plan = FILTERS['mig_demand_plan']({'node-a': facts(), 'node-b': facts()}, [pod], {}, cluster)
+    assert [s['node'] for s in plan['served']] == ['node-b']
+    assert FILTERS['mig_demand_plan']({'node-a': facts()}, [pod], {}, cluster)['unmet_pods'] == ['ml/pinned']
+    with pytest.raises(AnsibleFilterError, match="^cluster must be"):
+        FILTERS['mig_demand_plan']({'node-a': facts()}, [pod], {}, [])

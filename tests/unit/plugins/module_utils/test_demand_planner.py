@@ -402,3 +402,112 @@ def test_release_idle_keeps_the_floor_and_the_budget():
     assert plan['served'][0]['devices'][0]['gpu'] == 0
     with pytest.raises(DemandPlanError, match='policy.release_idle must be true or false'):
         plan_demand(nodes, [], {'release_idle': 'yes'})
+
+
+# ---- decision 10: where the pod may run -------------------------------------------------------
+
+def k8s_node(name, labels=None, taints=(), cpu='64', memory='512Gi'):
+    return {'metadata': {'name': name, 'labels': dict(labels or {})},
+            'spec': {'taints': [dict(zip(('key', 'value', 'effect'), t)) for t in taints]},
+            'status': {'allocatable': {'cpu': cpu, 'memory': memory}}}
+
+
+def k8s_pod(name, profile, spec=None, cpu=None):
+    spec = dict(spec or {})
+    resources = {'limits': {'nvidia.com/mig-%s' % profile: 1}}
+    if cpu:
+        resources['requests'] = {'cpu': cpu}
+    spec['containers'] = [{'name': 'c', 'resources': resources}]
+    return {'metadata': {'namespace': 'ml', 'name': name, 'creationTimestamp': '2026-01-01T00:00:0%dZ' % len(name)}, 'spec': spec}
+
+
+def two_nodes():
+    return {'n1': [gpu(0)], 'n2': [gpu(0)]}
+
+
+def test_a_pod_pinned_to_n2_never_gets_a_slice_on_n1():
+    cluster = {'nodes': {'n1': k8s_node('n1', {'pool': 'a'}), 'n2': k8s_node('n2', {'pool': 'b'})}, 'pods': []}
+    for spec in ({'nodeSelector': {'pool': 'b'}},
+                 {'affinity': {'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {'nodeSelectorTerms': [
+                     {'matchFields': [{'key': 'metadata.name', 'operator': 'In', 'values': ['n2']}]}]}}}}):
+        plan = plan_demand(two_nodes(), [k8s_pod('pinned', '1g.10gb', spec)], {}, cluster)
+        assert [(s['pod'], s['node']) for s in plan['served']] == [('ml/pinned', 'n2')]
+        assert not plan['nodes']['n1']['changed']
+    # without the cluster, nothing is known of the nodes: the first node serves
+    assert plan_demand(two_nodes(), [k8s_pod('pinned', '1g.10gb', {'nodeSelector': {'pool': 'b'}})])['served'][0]['node'] == 'n1'
+
+
+def test_an_existing_free_instance_on_a_node_the_pod_may_not_use_does_not_serve_it():
+    nodes = {'n1': [gpu(0, [('1g.10gb', 0, [])])], 'n2': [gpu(0)]}
+    cluster = {'nodes': {'n1': k8s_node('n1', taints=[('dedicated', 'cv', 'NoSchedule')]), 'n2': k8s_node('n2')}, 'pods': []}
+    plan = plan_demand(nodes, [k8s_pod('p', '1g.10gb')], {}, cluster)
+    assert plan['served'] == [{'pod': 'ml/p', 'node': 'n2', 'devices': [{'gpu': 0, 'profile': '1g.10gb', 'start': 0, 'instance': 'new'}]}]
+    tolerant = k8s_pod('p', '1g.10gb', {'tolerations': [{'key': 'dedicated', 'operator': 'Exists'}]})
+    assert plan_demand(nodes, [tolerant], {}, cluster)['served'][0]['devices'][0]['instance'] == 1
+
+
+def test_a_pod_that_fits_nowhere_is_unmet_and_told_why():
+    cluster = {'nodes': {'n1': k8s_node('n1', {'pool': 'a'}), 'n2': k8s_node('n2', {'pool': 'b'}, taints=[('gpu', '', 'NoExecute')])},
+               'pods': []}
+    plan = plan_demand(two_nodes(), [k8s_pod('lost', '1g.10gb', {'nodeSelector': {'pool': 'b'}})], {}, cluster)
+    assert plan['served'] == [] and plan['unmet_pods'] == ['ml/lost'] and plan['gpus_changed'] == 0
+    line = ("1g.10gb: 1 device(s) for ml/lost unmet: no node it may run on offers this profile "
+            "(n1: node(s) didn't match Pod's node affinity/selector; n2: node(s) had untolerated taint {gpu})")
+    assert plan['unmet'] == [line] and plan['unmet_reasons'] == {'ml/lost': [line]}
+
+
+def test_refused_nodes_are_named_after_the_nearest_gpu_line():
+    nodes = {'n1': [gpu(0, [('7g.80gb', 0, ['a/h'])])], 'n2': [gpu(0)]}
+    cluster = {'nodes': {'n1': k8s_node('n1', {'pool': 'a'}), 'n2': k8s_node('n2', {'pool': 'b'})}, 'pods': []}
+    plan = plan_demand(nodes, [k8s_pod('p', '1g.10gb', {'nodeSelector': {'pool': 'a'}}), k8s_pod('q', '1g.10gb')], {}, cluster)
+    assert [s['pod'] for s in plan['served']] == ['ml/q']
+    assert plan['unmet_reasons']['ml/p'] == [
+        "1g.10gb: 1 device(s) for ml/p unmet: no GPU has room for it without touching instances pods hold; nearest is node n1 GPU 0, "
+        "1 pod(s) (a/h) (it may not run on n2: node(s) didn't match Pod's node affinity/selector)"]
+
+
+def test_cpu_and_memory_of_bound_pods_and_of_pods_served_in_the_plan_count():
+    bound = {'metadata': {'namespace': 'x', 'name': 'busy'}, 'spec': {'nodeName': 'k8s-n1', 'containers': [
+        {'name': 'c', 'resources': {'requests': {'cpu': '6'}}}]}, 'status': {'phase': 'Running'}}
+    # the plan's node n1 is the Kubernetes node k8s-n1: bound pods are matched by the Node object's name
+    cluster = {'nodes': {'n1': k8s_node('k8s-n1', cpu='10'), 'n2': k8s_node('n2', cpu='3')}, 'pods': [bound]}
+    pending = [k8s_pod('a', '1g.10gb', cpu='3'), k8s_pod('bb', '1g.10gb', cpu='2'), k8s_pod('ccc', '1g.10gb', cpu='2')]
+    plan = plan_demand(two_nodes(), pending, {}, cluster)
+    # a (3 CPU) fits only n1 (4 left) and n2 (3); n1 first; then b (2) fits n2 only (n1 has 1 left); c (2): n2 has 1 left
+    assert [(s['pod'], s['node']) for s in plan['served']] == [('ml/a', 'n1'), ('ml/bb', 'n2')]
+    assert plan['unmet_reasons']['ml/ccc'] == [
+        '1g.10gb: 1 device(s) for ml/ccc unmet: no node it may run on offers this profile (n1: Insufficient cpu; n2: Insufficient cpu)']
+
+
+def test_plain_requests_take_their_rules_from_the_cluster_pods_and_hosts_without_node_object_serve_nobody():
+    pinned = k8s_pod('pinned', '1g.10gb', {'nodeSelector': {'pool': 'b'}})
+    cluster = {'nodes': {'n1': k8s_node('n1', {'pool': 'a'}), 'n2': k8s_node('n2', {'pool': 'b'})}, 'pods': [pinned]}
+    plain = [pod('ml/pinned', {'1g.10gb': 1}), pod('ml/unknown', {'1g.10gb': 1})]
+    plan = plan_demand(two_nodes(), plain, {}, cluster)
+    assert [s['pod'] for s in plan['served']] == ['ml/pinned', 'ml/unknown'] and plan['served'][0]['node'] == 'n2'
+    no_object = plan_demand(two_nodes(), plain, {}, {'nodes': {'n2': k8s_node('n2', {'pool': 'b'})}, 'pods': [pinned]})
+    assert [(s['pod'], s['node']) for s in no_object['served']] == [('ml/pinned', 'n2'), ('ml/unknown', 'n2')]
+    alone = plan_demand({'n1': [gpu(0)]}, [pod('ml/unknown', {'1g.10gb': 1})], {}, {'nodes': {}, 'pods': []})
+    assert alone['unmet'] == ['1g.10gb: 1 device(s) for ml/unknown unmet: no node it may run on offers this profile '
+                              '(n1: not a Kubernetes node (no Node object))']
+
+
+@pytest.mark.parametrize('cluster, message', [
+    ([], "cluster must be {'nodes'"),
+    ({'nodes': [], 'pods': []}, "cluster must be {'nodes'"),
+    ({'nodes': {}, 'pods': ['x']}, 'every Node and Pod must be an object'),
+    ({'nodes': {'n1': {'metadata': {'name': 'n1'}, 'status': {'allocatable': {'cpu': 'many'}}}}, 'pods': []},
+     "cluster.nodes[n1]: node n1 allocatable cpu: 'many' is not a quantity"),
+    ({'nodes': {}, 'pods': [k8s_pod('p', '1g.10gb', {'tolerations': 'x'})]}, 'pending[0] (ml/p): spec.tolerations'),
+])
+def test_bad_cluster_is_one_line(cluster, message):
+    with pytest.raises(DemandPlanError) as caught:
+        plan_demand({'n1': [gpu(0)]}, [pod('ml/p', {'1g.10gb': 1})], {}, cluster)
+    assert message in str(caught.value) and '\n' not in str(caught.value)
+
+
+def test_node_rules_are_read_only_with_the_cluster():
+    odd = k8s_pod('odd', '1g.10gb', cpu='lots')
+    assert [s['pod'] for s in plan_demand(two_nodes(), [odd])['served']] == ['ml/odd']
+    with pytest.raises(DemandPlanError, match=r"^pending\[0\] \(ml/odd\): container c cpu: 'lots' is not a quantity$"):
+        plan_demand(two_nodes(), [odd], {}, {'nodes': {}, 'pods': []})
