@@ -9,7 +9,8 @@
                                     append one JSON line to OUT per change of the node's MIG
                                     labels, cordon or annotations, from a watch; exit 0 once
                                     nvidia.com/mig.config.state went pending and then to success
-                                    or failed, 1 after TIMEOUT seconds
+                                    or failed, 1 after TIMEOUT seconds; meanwhile, as a kubelet
+                                    would, delete for good the node's pods marked for deletion
 
   helper.py watch-switch NODE NAMESPACE SERVER TOKEN CA OUT STOP TIMEOUT
                                     list, then watch, the node and the pods of NAMESPACE while a
@@ -134,8 +135,37 @@ def node_view(node):
     }
 
 
+def finish_deleted_pods(name, server, token, ctx, timeout):
+    """Stand in for the node's kubelet where none runs: a pod of the node marked for deletion (a DaemonSet's
+    pod whose node label was paused, an evicted pod) is deleted for good with grace period 0, as the kubelet
+    does once its containers stopped (pkg/kubelet/status/status_manager.go, canBeDeleted then Delete with
+    GracePeriodSeconds 0)."""
+    req = urllib.request.Request(
+        "%s/api/v1/pods?watch=true&fieldSelector=spec.nodeName%%3D%s&timeoutSeconds=%d" % (server, name, int(timeout)),
+        headers={"Authorization": "Bearer " + token},
+    )
+    with urllib.request.urlopen(req, context=ctx, timeout=int(timeout) + 10) as resp:
+        for line in resp:
+            event = json.loads(line)
+            meta = event.get("object", {}).get("metadata", {})
+            if event.get("type") not in ("ADDED", "MODIFIED") or "deletionTimestamp" not in meta:
+                continue
+            delete = urllib.request.Request(
+                "%s/api/v1/namespaces/%s/pods/%s" % (server, meta["namespace"], meta["name"]), method="DELETE",
+                data=json.dumps({"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}).encode(),
+                headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"},
+            )
+            try:
+                urllib.request.urlopen(delete, context=ctx, timeout=30).close()
+            except urllib.error.HTTPError as exc:
+                if exc.code not in (404, 409):  # gone already, or a new pod of the same name
+                    raise
+
+
 def watch_node(name, server, token, ca_file, out_file, timeout):
     ctx = ssl.create_default_context(cafile=ca_file)
+    # No kubelet runs behind the fake node: pods marked for deletion there would keep their deletionTimestamp.
+    threading.Thread(target=finish_deleted_pods, args=(name, server, token, ctx, timeout), daemon=True).start()
     req = urllib.request.Request(
         "%s/api/v1/nodes?watch=true&fieldSelector=metadata.name%%3D%s&timeoutSeconds=%d" % (server, name, int(timeout)),
         headers={"Authorization": "Bearer " + token},
