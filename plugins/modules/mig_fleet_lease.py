@@ -14,9 +14,10 @@ short_description: Take, renew or release the fleet lease, so that one MIG deman
 version_added: 0.3.0
 description:
   - Holds a C(coordination.k8s.io/v1) Lease named O(name) in O(namespace) for the run O(holder), as client-go's leader
-    election does (C(tools/leaderelection/leaderelection.go)) - a lease held by another run is taken only once its
-    record stayed unchanged for its C(leaseDurationSeconds) as this module observed it; a run renews its own lease at
-    any time; every write carries the read C(resourceVersion), so of two runs racing for it only one gets it.
+    election does (C(tools/leaderelection/leaderelection.go)) - a lease held by another run is taken once its record
+    stayed unchanged for its C(leaseDurationSeconds) as this module observed it, or once its C(renewTime) is more than
+    that duration plus 60 seconds (clock skew) in the past; a run renews its own lease at any time; every write
+    carries the read C(resourceVersion), so of two runs racing for it only one gets it.
   - With O(state=present) a lease held by another run is waited for up to O(wait) seconds, read again every
     O(poll_interval) seconds; then the module fails with one line naming the holder and changes nothing.
   - With O(state=absent) the lease is released when O(holder) holds it (holder emptied, duration 1 second, as
@@ -185,7 +186,7 @@ def take(leases, params, check_mode, clock=time.monotonic, wall=time.time, sleep
         record = LeaseRecord.of(leases.read())
         now = clock()
         observation = observe(observation, record, now) if record is not None else None
-        decision = decide(record, me, observation, now)
+        decision = decide(record, me, observation, now, wall())
         waited = round(now - started, 1)
         if decision.action == 'wait':
             if check_mode:

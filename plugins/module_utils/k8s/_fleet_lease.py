@@ -9,10 +9,12 @@
 A coordination.k8s.io/v1 Lease names the run that holds it (spec.holderIdentity) for spec.leaseDurationSeconds
 after its last renewal. Whether a run may take it follows client-go's leader election
 (k8s.io/client-go/tools/leaderelection/leaderelection.go, tryAcquireOrRenew): a lease held by another holder is
-taken only once its record stayed unchanged for leaseDurationSeconds *as this run observed it* (the local clock
-from the moment the record was first seen, never the holder's renewTime, so that clocks that disagree cannot cut
-a holder short); a holder renews its own lease at any time, keeping acquireTime and leaseTransitions; taking it
-from another adds one transition. Releasing (leaderelection.go, release) leaves the holder empty and the
+taken once its record stayed unchanged for leaseDurationSeconds *as this run observed it* (the local clock from
+the moment the record was first seen, so that clocks that disagree cannot cut a holder short); a holder renews
+its own lease at any time, keeping acquireTime and leaseTransitions; taking it from another adds one transition.
+One departure, because a playbook run is not a process that watches the lease for long: a run that waits less
+than the lease's duration would never see a dead holder's lease expire, so a lease whose renewTime lies more than
+its duration plus CLOCK_SKEW_SECONDS in the past by this run's wall clock counts as expired too. Releasing (leaderelection.go, release) leaves the holder empty and the
 duration 1 s, so that anyone takes it at once. Writes carry the read resourceVersion: of two runs racing for
 the same lease, the API server lets one update through and answers the other 409 Conflict.
 
@@ -26,11 +28,25 @@ __metaclass__ = type
 import datetime
 from dataclasses import dataclass, field
 
+# How far the holder's clock may be ahead of ours before a renewTime read with our clock could cut it short.
+CLOCK_SKEW_SECONDS = 60
+
 
 def micro_time(epoch_seconds):
     """A MicroTime as the API server writes it (RFC 3339, microseconds, UTC)."""
     moment = datetime.datetime.fromtimestamp(epoch_seconds, tz=datetime.timezone.utc)
     return moment.strftime('%Y-%m-%dT%H:%M:%S.%fZ')
+
+
+def epoch_of(micro_time_text):
+    """Seconds since the epoch of a MicroTime or RFC 3339 time ('...Z', with or without fractions), None if unreadable."""
+    for layout in ('%Y-%m-%dT%H:%M:%S.%fZ', '%Y-%m-%dT%H:%M:%SZ'):
+        try:
+            moment = datetime.datetime.strptime(micro_time_text or '', layout)
+        except ValueError:
+            continue
+        return moment.replace(tzinfo=datetime.timezone.utc).timestamp()
+    return None
 
 
 @dataclass(frozen=True)
@@ -90,9 +106,9 @@ def observe(previous, record, now):
     return Observation(record, now)
 
 
-def decide(record, me, observation, now):
+def decide(record, me, observation, now, wall_now=None):
     """May holder ``me`` take the lease whose record is ``record`` (None: no Lease), given this run's
-    ``observation`` of it and the local monotonic time ``now``?"""
+    ``observation`` of it, the local monotonic time ``now`` and the wall clock ``wall_now`` (epoch seconds)?"""
     if not me:
         raise ValueError('the lease holder identity must not be empty')
     if record is None:
@@ -101,6 +117,9 @@ def decide(record, me, observation, now):
         return LeaseDecision('renew', me, record=record)
     if record.holder:
         left = observation.since + record.duration_seconds - now
+        renewed = epoch_of(record.renew_time)
+        if wall_now is not None and renewed is not None:
+            left = min(left, renewed + record.duration_seconds + CLOCK_SKEW_SECONDS - wall_now)
         if left > 0:
             return LeaseDecision('wait', record.holder, left, record)
     return LeaseDecision('take', record.holder, record=record)

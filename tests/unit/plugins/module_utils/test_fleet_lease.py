@@ -95,3 +95,28 @@ def test_release_empties_the_holder_with_a_one_second_duration_only_for_the_hold
                                                    'renewTime': '2026-12-04T19:00:00.000000Z', 'leaseTransitions': 4}
     assert lease.release_spec(lease.LeaseRecord.of(lease_object('other')), 'me', now) is None
     assert lease.release_spec(None, 'me', now) is None
+
+
+RENEWED = 1796410800.0  # 2026-12-04T19:00:00Z, the renewTime of lease_object
+
+
+def test_a_lease_renewed_longer_ago_than_its_duration_and_the_skew_is_taken_at_first_sight():
+    record = lease.LeaseRecord.of(lease_object('crashed-run', duration=60))
+    seen = lease.observe(None, record, 100)
+    assert lease.decide(record, 'me', seen, 100, RENEWED + 60 + lease.CLOCK_SKEW_SECONDS).action == 'take'
+    waiting = lease.decide(record, 'me', seen, 100, RENEWED + 60 + lease.CLOCK_SKEW_SECONDS - 5)
+    assert (waiting.action, waiting.seconds_left) == ('wait', 5)
+
+
+def test_a_holder_whose_clock_is_ahead_is_not_cut_short_by_the_wall_clock():
+    # renewTime in our future: the observation decides.
+    record = lease.LeaseRecord.of(lease_object('ahead', duration=60))
+    assert lease.decide(record, 'me', lease.observe(None, record, 100), 130, RENEWED - 3600).seconds_left == 30
+
+
+def test_micro_times_are_read_with_or_without_fractions_and_garbage_is_none():
+    assert lease.epoch_of('2026-12-04T19:00:00.000000Z') == RENEWED
+    assert lease.epoch_of('2026-12-04T19:00:00Z') == RENEWED
+    assert lease.epoch_of('') is None and lease.epoch_of('yesterday') is None
+    record = lease.LeaseRecord.of(lease_object('x', duration=60, renew='garbage'))
+    assert lease.decide(record, 'me', lease.observe(None, record, 0), 10, RENEWED * 2).action == 'wait'

@@ -91,6 +91,14 @@ def test_a_lease_its_holder_stopped_renewing_is_taken_after_its_duration_as_obse
     assert leases.lease['spec']['holderIdentity'] == 'me' and leases.lease['spec']['leaseTransitions'] == 4
 
 
+def test_a_lease_a_dead_run_renewed_long_ago_is_taken_without_waiting_its_duration():
+    leases = Leases({'holderIdentity': 'killed-job', 'leaseDurationSeconds': 1800,
+                     'renewTime': '2026-12-04T17:00:00.000000Z', 'leaseTransitions': 1})
+    clock = Clock()
+    result, problem = take(leases, clock, wait=30)
+    assert problem is None and result['acquired'] and clock.now == 1000
+
+
 def test_a_lease_released_while_waiting_is_taken_at_the_next_read():
     leases = Leases({'holderIdentity': 'other', 'leaseDurationSeconds': 900})
     clock = Clock()
