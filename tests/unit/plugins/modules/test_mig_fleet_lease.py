@@ -190,3 +190,75 @@ def test_a_conflict_is_a_lost_race_and_other_refusals_are_raised():
     api.create_namespaced_lease = lambda namespace, body: (_ for _ in ()).throw(ApiException(status=403, reason='Forbidden'))
     with pytest.raises(ApiException):
         module.LeaseApi(api, 'ml', 'l').write(None, {})
+
+
+class LeaseServer(object):
+    """The Lease endpoints of an API server over HTTP (get, create, replace with resourceVersion), for the real
+    kubernetes client."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        store = self
+        self.lease, self.version, self.requests = None, 0, []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, code, body):
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                store.requests.append(('GET', self.path, self.headers.get('Authorization')))
+                if store.lease is None:
+                    return self._answer(404, {'kind': 'Status', 'code': 404, 'reason': 'NotFound'})
+                self._answer(200, store.lease)
+
+            def _write(self, create):
+                body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+                store.requests.append(('POST' if create else 'PUT', self.path, body))
+                current = store.lease and store.lease['metadata']['resourceVersion']
+                if (create and store.lease) or (not create and body['metadata'].get('resourceVersion') != current):
+                    return self._answer(409, {'kind': 'Status', 'code': 409, 'reason': 'Conflict'})
+                store.version += 1
+                body['metadata']['resourceVersion'] = str(store.version)
+                store.lease = body
+                self._answer(201 if create else 200, body)
+
+            def do_POST(self):
+                self._write(True)
+
+            def do_PUT(self):
+                self._write(False)
+
+        self.server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = 'http://127.0.0.1:%d' % self.server.server_address[1]
+
+
+def test_take_renew_and_release_through_the_kubernetes_client_over_http():
+    from kubernetes import client as k8s_client
+    server = LeaseServer()
+    try:
+        conf = module.configuration({'host': server.url, 'api_key': 'tok'})
+        leases = module.LeaseApi(k8s_client.CoordinationV1Api(k8s_client.ApiClient(conf)), 'default', 'gpufleet-mig-fleet')
+        params = dict(PARAMS, holder='awx-job-9')
+        first, problem = module.take(leases, params, False)
+        assert problem is None and first['acquired']
+        assert server.lease['spec']['holderIdentity'] == 'awx-job-9' and server.requests[0][2] == 'Bearer tok'
+        assert server.requests[1][:2] == ('POST', '/apis/coordination.k8s.io/v1/namespaces/default/leases')
+        again, problem = module.take(leases, params, False)
+        assert problem is None and not again['acquired'] and server.requests[-1][0] == 'PUT'
+        refused, problem = module.take(leases, dict(PARAMS, holder='other', wait=0), False)
+        assert refused is None and 'held by awx-job-9' in problem
+        assert module.release(leases, params, False)['changed'] and server.lease['spec']['holderIdentity'] == ''
+        taken, problem = module.take(leases, dict(PARAMS, holder='other', wait=0), False)
+        assert problem is None and taken['acquired'] and server.lease['spec']['leaseTransitions'] == 1
+    finally:
+        server.server.shutdown()
