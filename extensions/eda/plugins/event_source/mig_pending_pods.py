@@ -141,10 +141,10 @@ class PendingDemand(object):
         if not deleted and holds_mig_devices(pod):
             self.holders.add(key)
         elif key in self.holders:
+            # A release; with nothing waiting the burst closes below at once (_nothing_to_tell).
             self.holders.discard(key)
-            if self.pending:
-                self.released.add(key)
-                self._mark_change(now)
+            self.released.add(key)
+            self._mark_change(now)
         request = None if deleted else pending_mig_request(pod)
         if request is None:
             self.pending.pop(key, None)
