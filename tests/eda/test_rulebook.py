@@ -90,38 +90,58 @@ def stop_rulebook(rulebook, log, shown):
     return output
 
 
-def test_one_playbook_run_per_burst_with_every_pending_mig_request(java, api, tmp_path):
+EXEC_PLUGIN = """import json
+print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',
+                  'status': {'token': %r, 'expirationTimestamp': '2000-01-01T00:00:00Z'}}))
+"""
+
+
+def relisted(api, lists_before):
+    """A condition: the source listed again (answer 200) after ``lists_before`` lists and watches again."""
+    return lambda: api.count(watch=False, status=200) > lists_before and api.answers[-1:] == [200] and \
+        bool(api.requests[-1].get('watch'))
+
+
+def test_one_playbook_run_per_burst_with_every_pending_mig_request_through_every_fault(java, api, tmp_path):
+    # The kubeconfig's credential comes from an exec plugin (as EKS, GKE and AKS kubeconfigs do), expired at
+    # once, so the kubernetes client's loader runs it again before each request.
+    plugin = tmp_path / 'credential.py'
+    plugin.write_text(EXEC_PLUGIN % TOKEN)
     kubeconfig = tmp_path / 'kubeconfig'
     kubeconfig.write_text(json.dumps({
         'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'fake',
         'clusters': [{'name': 'fake', 'cluster': {'server': api.url}}],
         'contexts': [{'name': 'fake', 'context': {'cluster': 'fake', 'user': 'eda'}}],
-        'users': [{'name': 'eda', 'user': {'token': TOKEN}}]}))
+        'users': [{'name': 'eda', 'user': {'exec': {'apiVersion': 'client.authentication.k8s.io/v1', 'command': sys.executable,
+                                                    'args': [str(plugin)], 'interactiveMode': 'Never'}}}]}))
     (tmp_path / 'vars.yml').write_text(json.dumps({
         'mig_demand_kubeconfig': str(kubeconfig), 'mig_demand_quiet_period': QUIET, 'mig_demand_max_delay': 30,
-        'mig_demand_playbook': RECORD_PLAYBOOK}))
+        'mig_demand_retry_max': 1, 'mig_demand_playbook': RECORD_PLAYBOOK}))
     (tmp_path / 'inventory.yml').write_text('all:\n  hosts:\n    localhost:\n      ansible_connection: local\n'
                                             '      ansible_python_interpreter: "{{ ansible_playbook_python }}"\n')
     record_dir = tmp_path / 'runs'
     record_dir.mkdir()
 
-    # Before the source starts: one MIG pod waiting, one waiting for another reason, one running.
+    # Before the source starts: one MIG pod waiting, one waiting for another reason, one running on a MIG device.
     api.put(pod('a', {'nvidia.com/mig-1g.10gb': '1'}, priority=100, priority_class='inference'))
     api.put(pod('taint', message='0/3 nodes are available: 3 node(s) had untolerated taint {x: y}.'))
     api.put(pod('run', phase='Running', node_name='gpu-1', scheduled=('True', '')))
+    # Its first list is throttled: 429 with Retry-After.
+    api.fail_next(1, 429, {'Retry-After': '1'})
 
     venv_bin = os.path.dirname(sys.executable)
     env = dict(os.environ, EDA_RECORD_DIR=str(record_dir), **ansible_settings(venv_bin))
     env.pop('KUBECONFIG', None)
     log = open(str(tmp_path / 'rulebook.log'), 'w+')
     started = time.monotonic()
-    rulebook = subprocess.Popen([os.path.join(venv_bin, 'ansible-rulebook'), '--rulebook', 'gpufleet.mig.mig_demand',
+    rulebook = subprocess.Popen([os.path.join(venv_bin, 'ansible-rulebook'), '-v', '--rulebook', 'gpufleet.mig.mig_demand',
                                  '-i', str(tmp_path / 'inventory.yml'), '--vars', str(tmp_path / 'vars.yml')],
                                 cwd=str(tmp_path), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         # The burst: two more MIG pods while the first still waits, and an update of the first.
         wait_for(lambda: any(q.get('watch') for q in api.requests), 120, rulebook)
         watching = time.monotonic() - started
+        assert api.answers[:2] == [429, 200]
         api.put(pod('b', {'nvidia.com/mig-3g.40gb': '1'}))
         api.put(pod('a', {'nvidia.com/mig-1g.10gb': '1'}, priority=100, priority_class='inference'))
         api.put(pod('c', {'nvidia.com/mig-1g.10gb.me': '2'}, namespace='team-b'))
@@ -138,28 +158,53 @@ def test_one_playbook_run_per_burst_with_every_pending_mig_request(java, api, tm
         assert first[0]['apply'] is True
         assert first[0]['event']['mig_pending_pods']['new'] == ['team-a/a', 'team-a/b', 'team-b/c']
 
-        # The watch expires (the source lists again); a is scheduled; a second burst of two pods.
-        lists_before = sum(1 for q in api.requests if not q.get('watch'))
-        api.compact()
+        # Every fault in turn; after each the source lists again and watches again.
+        faults = (
+            ('watch ERROR 500', lambda: api.watch_error(500, 'InternalError', 'etcdserver: request timed out')),
+            ('lost connection, then 503', lambda: (api.fail_next(1, 503), api.drop_watches())),
+            ('410, then 401 and 403', lambda: (api.fail_next(1, 401), api.fail_next(1, 403), api.compact())),
+        )
+        for name, inject in faults:
+            lists_before = api.count(watch=False, status=200)
+            inject()
+            wait_for(relisted(api, lists_before), 60, rulebook)
+        # a is scheduled; a second burst: two pods, one with a 600 KiB annotation (over aiohttp's 512 KiB line
+        # limit), one with 9 MiB (over the source's 8 MiB: skipped in the watch, read by the next list).
         api.put(pod('a', phase='Running', node_name='gpu-1', scheduled=('True', '')))
         api.put(pod('d', {'nvidia.com/mig-2g.20gb': '1'}))
-        api.put(pod('e', {'nvidia.com/mig-2g.20gb': '1'}))
+        big = pod('e', {'nvidia.com/mig-2g.20gb': '1'})
+        big['metadata']['annotations'] = {'big': 'x' * 600 * 1024}
+        api.put(big)
+        huge = pod('f', {'nvidia.com/mig-2g.20gb': '1'})
+        huge['metadata']['annotations'] = {'huge': 'x' * 9 * 1024 * 1024}
+        api.put(huge)
         wait_for(lambda: len(runs(str(record_dir))) >= 2, 120, rulebook)
         second = runs(str(record_dir))[1]
-        assert [r['pod'] for r in second['requests']] == ['team-a/b', 'team-a/d', 'team-a/e', 'team-b/c']
-        assert second['event']['mig_pending_pods']['new'] == ['team-a/d', 'team-a/e']
-        assert sum(1 for q in api.requests if not q.get('watch')) > lists_before
+        assert [r['pod'] for r in second['requests']] == ['team-a/b', 'team-a/d', 'team-a/e', 'team-a/f', 'team-b/c']
+        assert second['event']['mig_pending_pods']['new'] == ['team-a/d', 'team-a/e', 'team-a/f']
 
-        # Quiet: no third run.
+        # The release trigger: a pod holding a MIG device ends while pods still wait: one run for those still waiting.
+        api.delete('team-a', 'run')
+        wait_for(lambda: len(runs(str(record_dir))) >= 3, 120, rulebook)
+        third = runs(str(record_dir))[2]
+        assert third['event']['mig_pending_pods']['new'] == []
+        assert third['event']['mig_pending_pods']['released'] == ['team-a/run']
+        assert [r['pod'] for r in third['requests']] == ['team-a/b', 'team-a/d', 'team-a/e', 'team-a/f', 'team-b/c']
+
+        # Quiet: no fourth run.
         time.sleep(3 * QUIET)
         assert rulebook.poll() is None
-        assert len(runs(str(record_dir))) == 2
+        assert len(runs(str(record_dir))) == 3
     finally:
         output = stop_rulebook(rulebook, log, shown=6000)
     print('eda-test: rulebook up and watching after %.1fs; first burst to its playbook run %.1fs (quiet period %ds)'
           % (watching, first_latency, QUIET))
     assert TOKEN not in output
-    assert all(q.get('fieldSelector') == 'status.phase=Pending' for q in api.requests)
+    for words in ('HTTP 429 Too Many Requests', 'code 500, InternalError', 'ClientPayloadError', 'HTTP 503',
+                  'HTTP 401 Unauthorized', 'HTTP 403 Forbidden', 'over the 8388608 the source reads'):
+        assert words in output, words
+    assert all(q.get('fieldSelector') == 'status.phase!=Succeeded,status.phase!=Failed' for q in api.requests)
+    assert all(q.get('limit') == '500' for q in api.requests if not q.get('watch'))
     assert set(api.paths) == {'/api/v1/pods'}
 
 

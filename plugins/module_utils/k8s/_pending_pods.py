@@ -4,7 +4,7 @@
 #
 # Private module utils of gpufleet.mig: the interface may change at any time.
 
-"""Which pods wait for MIG slices: the one rule of the event source gpufleet.mig.mig_pending_pods
+"""Which pods wait for MIG slices, and which hold them: the one rule of the event source gpufleet.mig.mig_pending_pods
 (extensions/eda) and of the filter gpufleet.mig.mig_pending_requests (playbooks/mig_demand.yml reading the
 pods with kubernetes.core.k8s_info). A pod counts when the scheduler could not place it for lack of a
 ``nvidia.com/mig-<profile>`` resource; its request is what the fleet demand planner takes.
@@ -110,6 +110,16 @@ def pending_mig_request(pod):
         'requests': dict(sorted((profile_of_resource(name), count) for name, count in resources.items())),
         'created': (pod.get('metadata') or {}).get('creationTimestamp', ''),
     }
+
+
+def holds_mig_devices(pod):
+    """Whether the pod holds MIG devices on a node: bound to it, not finished (phase neither Succeeded nor Failed)
+    and asking for MIG resources. The kubelet's device manager keeps a pod's devices until the pod is terminal or
+    gone (Kubernetes docs "Device Plugins"), so when such a pod ends or is deleted its instances are free again:
+    the event source's release trigger. Time-sliced '.shared' replicas do not count, as for a pending request."""
+    spec = pod.get('spec') or {}
+    phase = (pod.get('status') or {}).get('phase')
+    return bool(spec.get('nodeName')) and phase not in ('Succeeded', 'Failed') and bool(pod_mig_resources(spec))
 
 
 def pending_mig_requests(pods):

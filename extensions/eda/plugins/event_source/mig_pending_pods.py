@@ -3,23 +3,31 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """mig_pending_pods: an ansible-rulebook event source for pods that wait for MIG slices.
 
-It watches the Kubernetes API server for pods that the scheduler could not place for lack of a
-``nvidia.com/mig-<profile>`` resource and puts one event per burst of such pods on the queue, carrying
-every such pod still pending (the demand playbook plans for all of them, not only the burst's).
+It lists and watches the pods of the Kubernetes API server that are not finished and puts one event per burst
+on the queue, carrying every pod still waiting for lack of a ``nvidia.com/mig-<profile>`` resource (the demand
+playbook plans for all of them, not only the burst's). A burst opens with a new such pod, or with a pod that held
+MIG devices on a node and ended or was deleted while others still wait (the release trigger: its instances are
+free again).
 
 The event source contract is ansible-rulebook's ("Developing Custom Event Source Plugins", docs/sources.rst
 of ansible/ansible-rulebook): a single Python file whose ``async def main(queue, args)`` puts dicts on the
 asyncio queue; ansible-rulebook loads it with runpy from ``extensions/eda/plugins/event_source/`` of the
 collection (ansible_rulebook/engine.py ``start_source``) and passes the source's arguments as ``args``.
 
+It never ends on its own while the rulebook runs: HTTP 429 (after its Retry-After), 5xx, 401/403, a watch
+ERROR, a lost connection or a line too long to read is logged in one line and followed by a new list after a
+backoff; an expired resourceVersion (410) by a new list at once.
+
 Arguments:
-  kubeconfig: path of a kubeconfig file (default: $KUBECONFIG, then ~/.kube/config); without one the
+  kubeconfig: path of a kubeconfig file (default: $KUBECONFIG, then ~/.kube/config), read by the kubernetes
+    Python client's loader (tokens, client certificates, exec and auth-provider plugins); without one the
     in-cluster service account is used (/var/run/secrets/kubernetes.io/serviceaccount, $KUBERNETES_SERVICE_HOST)
   context: kubeconfig context (default: its current-context)
   namespace: watch one namespace (default: all namespaces)
-  quiet_period: seconds without a new pending MIG pod that end a burst (default 10)
-  max_delay: seconds after a burst's first pod when the event goes out even if pods keep coming (default 60)
+  quiet_period: seconds without a new pending MIG pod or a release that end a burst (default 10)
+  max_delay: seconds after a burst's start when the event goes out even if pods keep coming (default 60)
   watch_timeout: seconds each watch request asks the API server to keep open (default 300)
+  retry_max: the longest backoff between two attempts after a failure, in seconds (default 30)
 
 The bearer token is sent in the Authorization header only: never logged, never on a command line.
 
@@ -32,8 +40,9 @@ Event:
         priority_class: training    # spec.priorityClassName ('' when unset)
         requests: {"1g.10gb": 2}    # MIG profile -> instances the pod needs at once (gpufleet's profile names)
         created: "2026-12-03T22:00:00Z"
-    new: ["team-a/train-0"]  # the pods of this burst
-    burst_seconds: 10.0      # from the burst's first pod to the event
+    new: ["team-a/train-0"]  # the pods of this burst that were not told before
+    released: []             # the pods whose end or deletion freed MIG devices during this burst
+    burst_seconds: 10.0      # from the burst's start to the event
 
 Examples:
   sources:
@@ -46,28 +55,40 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import asyncio
-import base64
+import email.utils
 import json
 import logging
 import os
 import ssl
 import sys
-import tempfile
+import time
 
 try:
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pending_mig_request, pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import holds_mig_devices, pending_mig_request, pod_key
 except ImportError:
     # ansible-rulebook runs this file with runpy, outside Ansible's collection loader: the collection's own
     # module_utils are importable once the folder holding ansible_collections/ is on the path (this file is
     # ansible_collections/gpufleet/mig/extensions/eda/plugins/event_source/mig_pending_pods.py).
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 7)))
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pending_mig_request, pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import holds_mig_devices, pending_mig_request, pod_key
 
 LOG = logging.getLogger(__name__)
 
 EVENT_KEY = 'mig_pending_pods'
-DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300}
+DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0}
 SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
+# The pods not finished: waiting ones and those holding devices. A pod that ends (Succeeded, Failed) leaves the
+# selection and comes as DELETED, as a deleted one does (the apiserver's cacher, cache_watcher.go).
+FIELD_SELECTOR = 'status.phase!=Succeeded,status.phase!=Failed'
+# Pages of a list: client-go's pager asks for 500 objects a page (tools/pager/pager.go, defaultPageSize).
+PAGE_SIZE = 500
+# One watch line is one object and its envelope. The API server refuses request bodies over 3 MiB
+# (k8s.io/apiserver pkg/server/config.go, MaxRequestBodyBytes) and etcd values over 1.5 MiB by default
+# (--max-request-bytes), so no pod is near 8 MiB; aiohttp's own line limit is 512 KiB (twice its 256 KiB read
+# buffer), which a pod with large annotations passes.
+MAX_LINE_BYTES = 8 * 1024 * 1024
+# The longest Retry-After honoured: a server's answer never stalls the source longer than this.
+RETRY_AFTER_MAX = 600.0
 
 
 class SourceError(Exception):
@@ -77,12 +98,15 @@ class SourceError(Exception):
 # ---- one event per burst (pure) ---------------------------------------------------------------------------
 
 class PendingDemand(object):
-    """The unschedulable MIG pods of the cluster, and when to tell about them.
+    """The unschedulable MIG pods of the cluster, the pods holding MIG devices, and when to tell about them.
 
-    A burst opens with the first pod that was not pending before (or was, left and came back) and closes
-    ``quiet_period`` seconds after its latest new pod, or ``max_delay`` seconds after its first one when pods
-    keep coming; then one event tells every pod still pending. Updates of pods already told about, and pods
-    that leave, open no burst; a burst whose new pods all left before it closed tells nothing.
+    A burst opens with the first pod that was not pending before (or was, left and came back), or with a pod that
+    held MIG devices and ended or was deleted while told pods still wait (a release: its instances can serve them
+    now). It closes ``quiet_period`` seconds after its latest new pod or release, or ``max_delay`` seconds after
+    its start when they keep coming; then one event tells every pod still pending. Updates of pods already told
+    about, pods that leave and releases while nothing waits open no burst; a burst left with nothing to tell (its
+    new pods all left, and no release with a pod still waiting) tells nothing. So a release re-plans only while
+    something waits: a run that serves every pod is followed by no event, however many pods end after it.
     Times are any monotonic clock in seconds (the caller's).
     """
 
@@ -91,35 +115,54 @@ class PendingDemand(object):
         self.max_delay = float(max_delay)
         self.pending = {}
         self.told = set()
+        self.holders = set()
+        self.released = set()
         self.burst_start = None
-        self.last_new = None
+        self.last_change = None
 
     def _new_keys(self):
         return sorted(key for key in self.pending if key not in self.told)
 
+    def _nothing_to_tell(self):
+        return not self._new_keys() and not (self.released and self.pending)
+
+    def _close_burst(self):
+        self.burst_start = self.last_change = None
+        self.released = set()
+
+    def _mark_change(self, now):
+        self.last_change = now
+        if self.burst_start is None:
+            self.burst_start = now
+
     def update(self, pod, now, deleted=False):
         """Take one pod as the API server now has it (``deleted``: it is gone or left the watched set)."""
         key = pod_key(pod)
+        if not deleted and holds_mig_devices(pod):
+            self.holders.add(key)
+        elif key in self.holders:
+            # A release; with nothing waiting the burst closes below at once (_nothing_to_tell).
+            self.holders.discard(key)
+            self.released.add(key)
+            self._mark_change(now)
         request = None if deleted else pending_mig_request(pod)
         if request is None:
             self.pending.pop(key, None)
             self.told.discard(key)
-            if not self._new_keys():
-                self.burst_start = self.last_new = None
+            if self._nothing_to_tell():
+                self._close_burst()
             return
         was_new = key not in self.pending and key not in self.told
         self.pending[key] = request
         if was_new:
-            self.last_new = now
-            if self.burst_start is None:
-                self.burst_start = now
+            self._mark_change(now)
 
     def replace_all(self, pods, now):
-        """A fresh list of every pod (after a start or an expired watch): pods not in it are gone."""
+        """A fresh list of every pod (after a start or a failure): pods not in it are gone, and a holder among
+        them is a release (it ended while the watch was down)."""
         listed = dict((pod_key(pod), pod) for pod in pods)
-        for key in list(self.pending):
-            if key not in listed:
-                self.update({'metadata': dict(zip(('namespace', 'name'), key.split('/', 1)))}, now, deleted=True)
+        for key in sorted((set(self.pending) | self.holders) - set(listed)):
+            self.update({'metadata': dict(zip(('namespace', 'name'), key.split('/', 1)))}, now, deleted=True)
         for pod in pods:
             self.update(pod, now)
 
@@ -127,7 +170,7 @@ class PendingDemand(object):
         """Seconds until the open burst's event is due (0: due now), or None when no burst is open."""
         if self.burst_start is None:
             return None
-        due = min(self.last_new + self.quiet_period, self.burst_start + self.max_delay)
+        due = min(self.last_change + self.quiet_period, self.burst_start + self.max_delay)
         return max(0.0, due - now)
 
     def take_event(self, now):
@@ -135,22 +178,150 @@ class PendingDemand(object):
         wait = self.seconds_until_due(now)
         if wait is None or wait > 0:
             return None
+        if self._nothing_to_tell():
+            self._close_burst()
+            return None
         new = self._new_keys()
         event = {EVENT_KEY: {
             'requests': [self.pending[key] for key in sorted(self.pending)],
             'new': new,
+            'released': sorted(self.released),
             'burst_seconds': round(now - self.burst_start, 3),
         }}
         self.told.update(new)
-        self.burst_start = self.last_new = None
+        self._close_burst()
         return event
+
+
+# ---- failures and when to try again (pure) ----------------------------------------------------------------
+
+class Expired(Exception):
+    """The resourceVersion is too old (HTTP 410 Gone, or a watch ERROR with code 410): list again at once."""
+
+
+class ApiRefusal(Exception):
+    """An answer of the API server to try again after a backoff: ``status``, ``retry_after`` (seconds or None),
+    and the one-line message (no secret in it)."""
+
+    def __init__(self, status, message, retry_after=None):
+        super(ApiRefusal, self).__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class OversizedLine(Exception):
+    """A watch line longer than MAX_LINE_BYTES: the event is lost, so the source lists again."""
+
+
+def retry_after_seconds(value, now_epoch):
+    """Seconds a Retry-After header asks to wait (RFC 9110 10.2.3: delay-seconds or an HTTP-date), None when absent
+    or unreadable. The API server's priority and fairness sends seconds with its 429 (k8s.io/apiserver
+    pkg/server/filters/priority-and-fairness.go)."""
+    text = (value or '').strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now_epoch)
+
+
+def refusal(status, path, retry_after=None):
+    """What an HTTP answer other than 200 means: Expired for 410, else an ApiRefusal whose message says what
+    the operator can do."""
+    if status == 410:
+        raise Expired()
+    if status == 401:
+        message = ('the API server refused the credentials (HTTP 401 Unauthorized on %s): the token or certificate '
+                   'expired or was revoked; reloading the kubeconfig and trying again' % path)
+    elif status == 403:
+        message = ('the API server refused access (HTTP 403 Forbidden on %s): the account needs get, list and watch '
+                   'on pods; trying again' % path)
+    elif status == 429:
+        message = 'the API server is throttling (HTTP 429 Too Many Requests on %s)' % path
+    elif status >= 500:
+        message = 'the API server failed (HTTP %d on %s)' % (status, path)
+    else:
+        message = 'the API server answered HTTP %d to %s' % (status, path)
+    return ApiRefusal(status, message, retry_after)
+
+
+def watch_error(status):
+    """What a watch ERROR event means (its object is a Status): Expired for code 410, else an ApiRefusal."""
+    code = status.get('code') or 0
+    if code == 410:
+        raise Expired()
+    return ApiRefusal(code, 'the watch ended with an error from the API server (code %s, %s): %s' % (
+        code, status.get('reason') or 'no reason', status.get('message') or 'no message'))
+
+
+class Retry(object):
+    """How long to wait before the next list after a failure. client-go's reflector backs off between its
+    ListAndWatch attempts, doubling from 800 ms to 30 s and starting over after 2 minutes without a failure
+    (tools/cache/reflector.go, NewReflectorWithOptions: wait.NewExponentialBackoffManager); here from 1 s
+    doubling to ``retry_max``, starting over once ``reset_after`` seconds passed without a failure, and never
+    shorter than the server's Retry-After (capped at RETRY_AFTER_MAX). No jitter: one source per cluster."""
+
+    def __init__(self, retry_max, first=1.0, reset_after=120.0):
+        self.retry_max = float(retry_max)
+        self.first = min(float(first), self.retry_max)
+        self.reset_after = float(reset_after)
+        self.failures = 0
+        self.retrying_since = None
+
+    def delay(self, now, retry_after=None):
+        """Seconds to wait after a failure at ``now`` (a monotonic clock)."""
+        if self.retrying_since is not None and now - self.retrying_since >= self.reset_after:
+            self.failures = 0
+        self.failures += 1
+        wait = min(self.retry_max, self.first * 2 ** (self.failures - 1))
+        if retry_after is not None:
+            wait = max(wait, min(float(retry_after), RETRY_AFTER_MAX))
+        self.retrying_since = now + wait
+        return wait
+
+
+class WatchLines(object):
+    """A watch stream's bytes cut into its lines (one JSON object each), none longer than ``max_bytes``."""
+
+    def __init__(self, max_bytes=None):
+        self.max_bytes = max_bytes or MAX_LINE_BYTES
+        self.partial = bytearray()
+
+    def feed(self, data):
+        """The complete, non-blank lines ``data`` ends; OversizedLine when the unfinished one is over the limit."""
+        self.partial.extend(data)
+        lines = []
+        start = 0
+        while True:
+            end = self.partial.find(b'\n', start)
+            if end < 0:
+                break
+            if end - start > self.max_bytes:
+                self.partial = bytearray()
+                raise OversizedLine('a watch line of %d bytes, over the %d the source reads' % (end - start, self.max_bytes))
+            line = bytes(self.partial[start:end]).strip()
+            if line:
+                lines.append(line)
+            start = end + 1
+        del self.partial[:start]
+        if len(self.partial) > self.max_bytes:
+            size = len(self.partial)
+            self.partial = bytearray()
+            raise OversizedLine('a watch line of more than %d bytes, over the %d the source reads' % (size, self.max_bytes))
+        return lines
 
 
 def settings(args):
     """The source's settings from the rulebook's arguments; SourceError names a bad one."""
     result = dict(DEFAULTS)
     for name in DEFAULTS:
-        if args.get(name) is None:
+        if args.get(name) is None or args.get(name) == '':
             continue
         try:
             result[name] = float(args[name])
@@ -170,48 +341,87 @@ def pods_path(namespace):
     return '/api/v1/namespaces/%s/pods' % namespace if namespace else '/api/v1/pods'
 
 
-# ---- where the API server is (pure over the files' contents) ----------------------------------------------
+# ---- where the API server is --------------------------------------------------------------------------------
 
-def connection_from_kubeconfig(config, context_name=None, base_dir='.'):
-    """server, token/token_file, CA and client certificate of a kubeconfig context (a parsed kubeconfig:
-    Kubernetes docs "Organizing Cluster Access Using kubeconfig Files"; relative paths are relative to the
-    file's folder). Exec and auth-provider plugins are not supported: SourceError says so."""
-    def named(section, name):
-        for entry in config.get(section) or []:
-            if entry.get('name') == name:
-                return entry.get(section[:-1]) or {}
-        raise SourceError('kubeconfig has no %s named %r' % (section[:-1], name))
+class Connection(object):
+    """The API server's address, its TLS settings, and the Authorization header of the next request.
 
-    def path(value):
-        return value if os.path.isabs(value) else os.path.join(base_dir, value)
+    ``authorization`` is called before each request: a kubeconfig's exec or auth-provider credential is
+    refreshed there when it expired (the kubernetes client's refresh hook), a service account token re-read."""
 
-    context_name = context_name or config.get('current-context')
-    if not context_name:
-        raise SourceError('kubeconfig has no current-context; set the source argument context')
-    context = named('contexts', context_name)
-    cluster = named('clusters', context.get('cluster'))
-    user = named('users', context.get('user')) if context.get('user') else {}
-    if user.get('exec') or user.get('auth-provider'):
-        raise SourceError('kubeconfig user %r authenticates through a plugin (exec/auth-provider), which this source '
-                          'does not run; use a token or a client certificate' % context.get('user'))
-    if not cluster.get('server'):
-        raise SourceError('kubeconfig cluster %r has no server' % context.get('cluster'))
-    conn = {'server': cluster['server'].rstrip('/'), 'insecure': bool(cluster.get('insecure-skip-tls-verify'))}
-    if cluster.get('certificate-authority-data'):
-        conn['ca_data'] = base64.b64decode(cluster['certificate-authority-data']).decode('ascii')
-    elif cluster.get('certificate-authority'):
-        conn['ca_file'] = path(cluster['certificate-authority'])
-    if user.get('token'):
-        conn['token'] = user['token']
-    elif user.get('tokenFile'):
-        conn['token_file'] = path(user['tokenFile'])
-    for kind in ('client-certificate', 'client-key'):
-        if user.get(kind + '-data'):
-            conn[kind] = base64.b64decode(user[kind + '-data'])
-        elif user.get(kind):
-            with open(path(user[kind]), 'rb') as handle:
-                conn[kind] = handle.read()
-    return conn
+    def __init__(self, server, authorization=None, ca_file=None, cert_file=None, key_file=None, insecure=False,
+                 tls_server_name=None, proxy=None):
+        self.server = server.rstrip('/')
+        self.authorization = authorization or (lambda: None)
+        self.ca_file = ca_file
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.insecure = insecure
+        self.tls_server_name = tls_server_name
+        self.proxy = proxy
+        self._ssl = None
+
+    def headers(self):
+        value = self.authorization()
+        return {'Authorization': value} if value else {}
+
+    def ssl_context(self):
+        """The TLS context of https servers (built once), None for plain http."""
+        if not self.server.startswith('https:'):
+            return None
+        if self._ssl is None:
+            context = ssl.create_default_context(cafile=self.ca_file)
+            if self.insecure:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            if self.cert_file:
+                context.load_cert_chain(self.cert_file, self.key_file)
+            self._ssl = context
+        return self._ssl
+
+    def request_options(self):
+        """aiohttp's per-request options beyond the URL: TLS context, the name to verify, the proxy."""
+        options = {'ssl': self.ssl_context()}
+        if self.tls_server_name:
+            options['server_hostname'] = self.tls_server_name
+        if self.proxy:
+            options['proxy'] = self.proxy
+        return options
+
+
+def connection_from_kubeconfig(path, context_name=None):
+    """A Connection from a kubeconfig file as the kubernetes Python client reads it (kubernetes-client/python
+    kubernetes/config/kube_config.py, KubeConfigLoader: auth-provider (gcp, oidc), token and tokenFile, exec
+    plugins (client.authentication.k8s.io ExecCredential: token or client certificate, re-run once its
+    expirationTimestamp passed), username/password; certificate data written to private temporary files). The
+    kubeconfig is not written back (persist_config=False)."""
+    try:
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+    except ImportError:
+        raise SourceError('reading kubeconfig %s needs the Python package kubernetes in the environment of '
+                          'ansible-rulebook (pip install kubernetes); without a kubeconfig the source uses the pod\'s '
+                          'service account' % path)
+    configuration = k8s_client.Configuration()
+    configuration.host = ''  # not the client's default (http://localhost): a kubeconfig without a server is refused
+    try:
+        k8s_config.load_kube_config(config_file=path, context=context_name, client_configuration=configuration,
+                                    persist_config=False)
+    except (k8s_config.ConfigException, EnvironmentError, ValueError, KeyError, TypeError) as exc:
+        raise SourceError('kubeconfig %s: %s' % (path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+    if not configuration.host:
+        raise SourceError('kubeconfig %s names no server for context %s' % (path, context_name or 'current-context'))
+
+    def authorization():
+        # The loader keeps "Bearer <token>" (or "Basic ...") under BearerToken; asking for it runs its refresh hook.
+        # It keeps a tokenFile's final newline, which kubectl strips (client-go rest.Config's BearerTokenFile).
+        value = configuration.get_api_key_with_prefix('BearerToken', alias='authorization')
+        return value.strip() if value else None
+
+    return Connection(configuration.host, authorization, ca_file=configuration.ssl_ca_cert,
+                      cert_file=configuration.cert_file, key_file=configuration.key_file,
+                      insecure=not configuration.verify_ssl, tls_server_name=getattr(configuration, 'tls_server_name', None),
+                      proxy=configuration.proxy)
 
 
 def connection_in_cluster(environ, account_dir=SERVICE_ACCOUNT_DIR):
@@ -221,8 +431,13 @@ def connection_in_cluster(environ, account_dir=SERVICE_ACCOUNT_DIR):
     if not host or not os.path.exists(token_file):
         return None
     host = '[%s]' % host if ':' in host else host
-    return {'server': 'https://%s:%s' % (host, port), 'token_file': token_file,
-            'ca_file': os.path.join(account_dir, 'ca.crt'), 'insecure': False}
+
+    def authorization():
+        # Re-read on every request: projected service account tokens are rotated by the kubelet.
+        with open(token_file) as handle:
+            return 'Bearer ' + handle.read().strip()
+
+    return Connection('https://%s:%s' % (host, port), authorization, ca_file=os.path.join(account_dir, 'ca.crt'))
 
 
 def find_connection(args, environ):
@@ -230,10 +445,7 @@ def find_connection(args, environ):
     explicit = args.get('kubeconfig') or (environ.get('KUBECONFIG') or '').split(os.pathsep)[0]
     candidate = explicit or os.path.join(os.path.expanduser('~'), '.kube', 'config')
     if os.path.exists(candidate):
-        import yaml  # ansible-rulebook depends on PyYAML
-        with open(candidate) as handle:
-            config = yaml.safe_load(handle) or {}
-        return connection_from_kubeconfig(config, args.get('context'), os.path.dirname(os.path.abspath(candidate)))
+        return connection_from_kubeconfig(candidate, args.get('context') or None)
     if explicit:
         raise SourceError('kubeconfig %s does not exist' % explicit)
     conn = connection_in_cluster(environ)
@@ -242,92 +454,61 @@ def find_connection(args, environ):
     return conn
 
 
-def _auth_headers(conn):
-    token = conn.get('token')
-    if conn.get('token_file'):
-        # Re-read on every request: projected service account tokens are rotated by the kubelet.
-        with open(conn['token_file']) as handle:
-            token = handle.read().strip()
-    return {'Authorization': 'Bearer ' + token} if token else {}
+# ---- the list and the watch (I/O) --------------------------------------------------------------------------
+
+async def _headers(conn):
+    # An exec plugin may take a second or more (a cloud CLI): off the event loop.
+    return await asyncio.get_event_loop().run_in_executor(None, conn.headers)
 
 
-def _ssl_context(conn):
-    if not conn['server'].startswith('https:'):
-        return None
-    context = ssl.create_default_context(cafile=conn.get('ca_file'), cadata=conn.get('ca_data'))
-    if conn.get('insecure'):
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if conn.get('client-certificate'):
-        # load_cert_chain reads files only: a private folder that lives for the call.
-        folder = tempfile.mkdtemp(prefix='mig-pending-pods-')
-        try:
-            names = []
-            for kind in ('client-certificate', 'client-key'):
-                name = os.path.join(folder, kind)
-                with os.fdopen(os.open(name, os.O_WRONLY | os.O_CREAT, 0o600), 'wb') as handle:
-                    handle.write(conn.get(kind) or conn['client-certificate'])
-                names.append(name)
-            context.load_cert_chain(*names)
-        finally:
-            for kind in ('client-certificate', 'client-key'):
-                if os.path.exists(os.path.join(folder, kind)):
-                    os.remove(os.path.join(folder, kind))
-            os.rmdir(folder)
-    return context
-
-
-# ---- the watch (I/O) --------------------------------------------------------------------------------------
-
-class _Expired(Exception):
-    """The resourceVersion is too old (410 Gone): list again."""
+def _check(response, now_epoch):
+    """Nothing for 200; else Expired or the ApiRefusal the answer means."""
+    if response.status != 200:
+        raise refusal(response.status, response.url.path,
+                      retry_after_seconds(response.headers.get('Retry-After'), now_epoch))
 
 
 async def _list(session, conn, config):
-    """Every Pending pod, and the list's resourceVersion to watch from."""
-    url = conn['server'] + pods_path(config['namespace'])
-    async with session.get(url, params={'fieldSelector': 'status.phase=Pending'}, headers=_auth_headers(conn),
-                           ssl=_ssl_context(conn)) as response:
-        _check(response)
-        body = await response.json()
-    return body.get('items') or [], (body.get('metadata') or {}).get('resourceVersion', '')
-
-
-def _check(response):
-    if response.status == 410:
-        raise _Expired()
-    if response.status in (401, 403):
-        raise SourceError('the API server refused the credentials (HTTP %d): the source needs get, list and watch on '
-                          'pods' % response.status)
-    if response.status != 200:
-        raise SourceError('the API server answered HTTP %d to %s' % (response.status, response.url.path))
+    """Every pod not finished, page by page (Kubernetes docs "API Concepts" > "Retrieving large results sets in
+    chunks": limit and continue; an expired continue token is 410), and the list's resourceVersion to watch from."""
+    url = conn.server + pods_path(config['namespace'])
+    items, token = [], None
+    while True:
+        params = {'fieldSelector': FIELD_SELECTOR, 'limit': str(PAGE_SIZE)}
+        if token:
+            params['continue'] = token
+        async with session.get(url, params=params, headers=await _headers(conn), **conn.request_options()) as response:
+            _check(response, time.time())
+            body = await response.json(content_type=None)
+        items.extend(body.get('items') or [])
+        metadata = body.get('metadata') or {}
+        token = metadata.get('continue')
+        if not token:
+            return items, metadata.get('resourceVersion', '')
 
 
 async def _watch(session, conn, config, demand, wake, resource_version):
     """Stream the watch from ``resource_version`` into ``demand`` until the server ends it; the last
     resourceVersion seen. Kubernetes docs "API Concepts" > "Efficient detection of changes": a watch sends
     one JSON object per line, {type: ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, object}; an expired version is
-    HTTP 410 or an ERROR event whose Status has code 410. A pod that stops matching the field selector
-    (scheduled: no longer Pending) comes as DELETED (apiserver's cacher, cache_watcher.go)."""
+    HTTP 410 or an ERROR event whose Status has code 410."""
     loop = asyncio.get_event_loop()
     params = {'watch': '1', 'resourceVersion': resource_version, 'allowWatchBookmarks': 'true',
-              'timeoutSeconds': str(config['watch_timeout']), 'fieldSelector': 'status.phase=Pending'}
-    url = conn['server'] + pods_path(config['namespace'])
-    async with session.get(url, params=params, headers=_auth_headers(conn), ssl=_ssl_context(conn)) as response:
-        _check(response)
-        async for line in response.content:
-            if not line.strip():
-                continue
-            event = json.loads(line)
-            kind, obj = event.get('type'), event.get('object') or {}
-            if kind == 'ERROR':
-                if obj.get('code') == 410:
-                    raise _Expired()
-                raise SourceError('watch error from the API server: %s' % obj.get('message', obj.get('reason', '')))
-            resource_version = (obj.get('metadata') or {}).get('resourceVersion', resource_version)
-            if kind in ('ADDED', 'MODIFIED', 'DELETED'):
-                demand.update(obj, loop.time(), deleted=kind == 'DELETED')
-                wake.set()
+              'timeoutSeconds': str(config['watch_timeout']), 'fieldSelector': FIELD_SELECTOR}
+    url = conn.server + pods_path(config['namespace'])
+    lines = WatchLines()
+    async with session.get(url, params=params, headers=await _headers(conn), **conn.request_options()) as response:
+        _check(response, time.time())
+        async for data in response.content.iter_any():
+            for line in lines.feed(data):
+                event = json.loads(line)
+                kind, obj = event.get('type'), event.get('object') or {}
+                if kind == 'ERROR':
+                    raise watch_error(obj)
+                resource_version = (obj.get('metadata') or {}).get('resourceVersion', resource_version)
+                if kind in ('ADDED', 'MODIFIED', 'DELETED'):
+                    demand.update(obj, loop.time(), deleted=kind == 'DELETED')
+                    wake.set()
     return resource_version
 
 
@@ -343,42 +524,65 @@ async def _tell(queue, demand, wake):
         wake.clear()
         event = demand.take_event(loop.time())
         if event is not None:
-            LOG.info('mig_pending_pods: %d pod(s) wait for MIG slices, %d new', len(event[EVENT_KEY]['requests']),
-                     len(event[EVENT_KEY]['new']))
+            told = event[EVENT_KEY]
+            LOG.info('mig_pending_pods: %d pod(s) wait for MIG slices, %d new, %d released', len(told['requests']),
+                     len(told['new']), len(told['released']))
             await queue.put(event)
 
 
+def _reconnect(conn, args):
+    """The connection read again (a refused credential may have been renewed: client-go's exec authenticator
+    also refreshes on a 401, plugin/pkg/client/auth/exec/exec.go); the old one where it cannot be read now."""
+    try:
+        return find_connection(args, os.environ)
+    except SourceError as exc:
+        LOG.warning('mig_pending_pods: cannot read the credentials again (%s); keeping the previous ones', exc)
+        return conn
+
+
 async def main(queue, args):
-    """ansible-rulebook's entry point: watch until cancelled."""
+    """ansible-rulebook's entry point: list and watch until cancelled, through every failure."""
     import aiohttp  # a dependency of ansible-rulebook, where this source runs
 
     config = settings(args)
     conn = find_connection(args, os.environ)
     demand = PendingDemand(config['quiet_period'], config['max_delay'])
+    retry = Retry(config['retry_max'])
     wake = asyncio.Event()
     teller = asyncio.ensure_future(_tell(queue, demand, wake))
     loop = asyncio.get_event_loop()
-    backoff = 1
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=config['watch_timeout'] + 30)) as session:
             resource_version = None
             while True:
+                problem, retry_after = None, None
                 try:
                     if resource_version is None:
                         pods, resource_version = await _list(session, conn, config)
                         demand.replace_all(pods, loop.time())
                         wake.set()
                     resource_version = await _watch(session, conn, config, demand, wake, resource_version)
-                    backoff = 1
-                except _Expired:
-                    LOG.info('mig_pending_pods: watch expired (410 Gone), listing the pods again')
+                except Expired:
+                    LOG.info('mig_pending_pods: the resourceVersion expired (410 Gone), listing the pods again')
                     resource_version = None
-                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-                    LOG.warning('mig_pending_pods: API server unreachable or garbled (%s), again in %ds',
-                                type(exc).__name__, backoff)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 30)
+                except ApiRefusal as exc:
+                    problem, retry_after = str(exc), exc.retry_after
+                    if exc.status in (401, 403):
+                        conn = _reconnect(conn, args)
+                except OversizedLine as exc:
+                    problem = str(exc)
+                except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, asyncio.TimeoutError,
+                        EnvironmentError, ValueError) as exc:
+                    problem = 'the API server is unreachable or its answer unreadable (%s: %s)' % (
+                        type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else '')
+                except Exception as exc:  # pylint: disable=broad-except
+                    # Never end while the rulebook runs: anything unforeseen is logged and retried like a failure.
+                    problem = 'unexpected %s: %s' % (type(exc).__name__, str(exc)[:200])
+                if problem is not None:
+                    wait = retry.delay(loop.time(), retry_after)
+                    LOG.warning('mig_pending_pods: %s; listing the pods again in %.1fs', problem, wait)
                     resource_version = None
+                    await asyncio.sleep(wait)
                 if teller.done():
                     teller.result()
     finally:
@@ -390,4 +594,5 @@ if __name__ == '__main__':
         async def put(self, event):
             print(json.dumps(event))
 
+    logging.basicConfig(level=logging.INFO)
     asyncio.run(main(_PrintQueue(), {'kubeconfig': os.environ.get('KUBECONFIG'), 'quiet_period': 5}))

@@ -93,3 +93,20 @@ def test_of_the_told_requests_only_the_pods_still_waiting_count_as_listed_now():
     assert pending.still_waiting(told, pods) == [{'pod': 'team-a/waits', 'priority': 0, 'priority_class': '',
                                                   'requests': {'7g.80gb': 2}, 'created': '2026-12-03T22:00:00Z'}]
     assert pending.still_waiting([], pods) == [] and pending.still_waiting(told, []) == []
+
+
+def test_a_bound_unfinished_pod_with_mig_resources_holds_devices():
+    assert pending.holds_mig_devices(pod('run', phase='Running', node_name='gpu-1', scheduled=('True', '')))
+    # Bound but its containers not started yet: the kubelet allocated the devices at admission.
+    assert pending.holds_mig_devices(pod('starting', phase='Pending', node_name='gpu-1', scheduled=('True', '')))
+
+
+@pytest.mark.parametrize('kwargs', [
+    dict(phase='Succeeded', node_name='gpu-1'),
+    dict(phase='Failed', node_name='gpu-1'),
+    dict(phase='Pending'),
+    dict(phase='Running', node_name='gpu-1', resources={'nvidia.com/mig-1g.10gb.shared': '1'}),
+    dict(phase='Running', node_name='gpu-1', resources={'nvidia.com/gpu': '1', 'cpu': '2'}),
+])
+def test_finished_unbound_shared_or_non_mig_pods_hold_no_mig_device(kwargs):
+    assert not pending.holds_mig_devices(pod('p', scheduled=('True', ''), **kwargs))
