@@ -125,6 +125,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary
     gpu_view,
     is_int,
     require,
+    summary_gpus,
     view_of_summary,
 )
 
@@ -488,8 +489,7 @@ def _host_view(record, position):
     if summary is not None:
         # The host computed its GPUs' views (nvidia_mig_facts summary: true): read back, not recomputed.
         layout = require(summary, 'layout', string_types, where + ' summary', 'a layout name or null', optional=True)
-        gpus = require(summary, 'gpus', (list,), where + ' summary', 'a list (nvidia_mig_facts summary gpus)')
-        views = [view_of_summary(gpu, host) for gpu in gpus]
+        views = [view_of_summary(gpu, host) for gpu in summary_gpus(summary, where)]
     else:
         layout = require(record, 'layout', string_types, where, 'a layout name or null', optional=True)
         gpus = require(record, 'gpus', (list,), where, 'a list (nvidia_mig facts gpus)', optional=failed is not None) or []
@@ -927,8 +927,11 @@ def mig_report_records(hosts, hostvars, plan_layout=None):
     """One map record per host of ``hosts`` that ran the report: {host, summary[, plan]} from the registered
     ``mig_report_host`` (nvidia_mig_facts with summary: true), or {host, failed} from ``mig_report_failed``."""
     records = []
+    # raw_get: the host's variables as they are. The results read here are plain data the modules returned, and
+    # templating each host's (hostvars[host].get) walks every one of them again (ansible/vars/hostvars.py).
+    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
     for host in hosts:
-        facts = hostvars[host]
+        facts = raw(host)
         failed = facts.get('mig_report_failed')
         result = facts.get('mig_report_host')
         if failed:
@@ -940,6 +943,18 @@ def mig_report_records(hosts, hostvars, plan_layout=None):
                 record['plan'] = {'layout': plan_layout, 'gpus': plan['gpus']}
             records.append(record)
     return records
+
+
+def mig_report_lines(records):
+    """{host: ['declared layout: <name or none>', a line per GPU]} (or the reason its facts could not be read)."""
+    lines = {}
+    for record in records:
+        if 'summary' in record:
+            summary = record['summary']
+            lines[record['host']] = ['declared layout: %s' % (summary.get('layout') or 'none')] + list(summary.get('lines') or [])
+        else:
+            lines[record['host']] = ['facts not read: %s' % record.get('failed')]
+    return lines
 
 
 def mig_report_totals(records):
@@ -986,6 +1001,7 @@ class FilterModule(object):
         return {
             'mig_fleet_map': mig_fleet_map,
             'mig_report_records': mig_report_records,
+            'mig_report_lines': mig_report_lines,
             'mig_report_totals': mig_report_totals,
             'mig_report_part': mig_report_part,
             'mig_report_merge': mig_report_merge,

@@ -88,34 +88,22 @@ summary:
   description:
     - What the report and the fleet map need of the host, computed from the same facts.
     - C(layout), the declared layout or null; C(lines), the report's line per GPU; C(totals) (C(gpus), C(mig_enabled),
-      C(out_of_layout), C(instances), C(free_slices), C(stranded_slices), C(busy_gpus)); C(gpus), per GPU C(index),
-      C(uuid), C(name), C(mig_capable), C(mig_mode) (C(current), C(pending); V(unsupported) without MIG), C(in_layout),
-      C(processes) (pids), C(allocated_to), C(total_slices), C(slices) (per memory slice V(free), V(stranded),
-      V(unusable) or the position in C(gpu_instances) of the instance covering it), C(figures) (C(free_slices),
-      C(stranded_slices), C(largest_placeable), C(fragmentation), C(repacked_largest_placeable); null while MIG is off),
-      C(ranks) (the sort order of the profiles C(figures) names) and C(gpu_instances) (C(id), C(profile), C(start),
-      C(size), C(compute_instances) profile names, C(pids), C(busy), C(allocated_to)).
+      C(out_of_layout), C(instances), C(free_slices), C(stranded_slices), C(busy_gpus)); C(map), the GPUs as the map
+      draws them, as one JSON text (one value per host: ansible-core handles every value of a result several times).
+    - C(map) is a list, per GPU C(index), C(uuid), C(name), C(mig_capable), C(mig_mode) (C(current), C(pending);
+      V(unsupported) without MIG), C(in_layout), C(processes) (pids), C(allocated_to), C(total_slices), C(slices) (per
+      memory slice V(free), V(stranded), V(unusable) or the position in C(gpu_instances) of the instance covering it),
+      C(figures) (C(free_slices), C(stranded_slices), C(largest_placeable), C(fragmentation),
+      C(repacked_largest_placeable); null while MIG is off), C(ranks) (the sort order of the profiles C(figures) names)
+      and C(gpu_instances) (C(id), C(profile), C(start), C(size), C(compute_instances) profile names, C(pids), C(busy),
+      C(allocated_to)).
   returned: when O(summary=true)
   type: dict
   sample:
     layout: daytime
     lines: ["GPU 0 A30: MIG enabled, 4x1g.6gb; 0 free slice(s), largest placeable -, 0 stranded, fragmentation 0.00, in layout"]
     totals: {gpus: 1, mig_enabled: 1, out_of_layout: 0, instances: 4, free_slices: 0, stranded_slices: 0, busy_gpus: 0}
-    gpus:
-      - index: 0
-        uuid: GPU-5f0c5a4e-0000-0000-0000-000000000000
-        name: NVIDIA A30
-        mig_capable: true
-        mig_mode: {current: enabled, pending: enabled}
-        in_layout: true
-        processes: []
-        allocated_to: []
-        total_slices: 4
-        slices: [0, 1, 2, 3]
-        figures: {free_slices: 0, stranded_slices: 0, largest_placeable: null, fragmentation: 0.0, repacked_largest_placeable: null}
-        ranks: {}
-        gpu_instances:
-          - {id: 3, profile: 1g.6gb, start: 0, size: 1, compute_instances: [1g.6gb], pids: [], busy: false, allocated_to: []}
+    map: '[{"allocated_to":[],"figures":{"fragmentation":0.0,"free_slices":0,"largest_placeable":null,...},...}]'
 ansible_facts:
   description: Facts under C(nvidia_mig).
   returned: unless O(summary=true)

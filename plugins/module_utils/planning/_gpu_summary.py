@@ -21,6 +21,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GeometryError,
@@ -350,7 +352,27 @@ def report_totals(summaries):
 
 
 def host_summary(layout, gpus, host='localhost'):
-    """What nvidia_mig_facts returns with ``summary: true``: the declared layout, each GPU's summary, the report's
-    lines and figures."""
+    """What nvidia_mig_facts returns with ``summary: true``: the declared layout, the report's lines and figures, and
+    ``map``, the GPUs' summaries as one JSON text.
+
+    One text, not a list of dicts: ansible-core walks every value of every result it receives, several times (the
+    callback's native types, strip_internal_keys, the deep copies of ansible/vars/clean.py), and a thousand hosts'
+    GPU instances, slices and pods are millions of values; one string per host is one value (benchmarks/report.py).
+    """
     summaries = [gpu_summary(gpu, host) for gpu in gpus]
-    return {'layout': layout, 'gpus': summaries, 'lines': report_lines(summaries), 'totals': report_totals(summaries)}
+    return {'layout': layout, 'lines': report_lines(summaries), 'totals': report_totals(summaries),
+            'map': json.dumps(summaries, separators=(',', ':'), sort_keys=True)}
+
+
+def summary_gpus(summary, where):
+    """The GPU summaries of a host summary: its ``map`` (JSON text), or ``gpus`` (the same, as data)."""
+    if isinstance(summary.get('map'), str):
+        try:
+            gpus = json.loads(summary['map'])
+        except ValueError as exc:
+            raise MapInputError('%s summary: map is not the JSON of the GPU summaries: %s' % (where, exc))
+    else:
+        gpus = require(summary, 'gpus', (list,), where + ' summary', 'a list (or map, its JSON text)')
+    if not isinstance(gpus, list):
+        raise MapInputError('%s summary: map must be the JSON of a list of GPU summaries, got %s' % (where, type(gpus).__name__))
+    return gpus
