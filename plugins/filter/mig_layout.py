@@ -34,6 +34,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_pla
     play_serial,
     progress,
     rollout_settings,
+    unfinished,
 )
 
 try:
@@ -148,6 +149,19 @@ def mig_layout_rollout_progress(batch_hosts, hosts, settings, failed, check_mode
     return progress(list(hosts), list(batch_hosts), settings, list(failed), check_mode)
 
 
+def mig_layout_rollout_unfinished(hosts, hostvars, settings, change):
+    """{host: reason} of the hosts the rollout fails: changes that failed, hosts lost, hosts it stopped before."""
+    started = []
+    errors = {}
+    for host in hosts:
+        facts = hostvars[host]
+        if facts.get('mig_layout_rollout_started'):
+            started.append(host)
+        if facts.get('mig_layout_rollout_error'):
+            errors[host] = str(facts.get('mig_layout_rollout_error'))
+    return unfinished(list(hosts), started, errors, settings, change)
+
+
 def mig_layout_instances(instances):
     """GPU instances (each with ``profile``) as the fleet plan writes them: ``7x1g.10gb``, ``no instances``."""
     return instances_text(instances)
@@ -196,6 +210,7 @@ class FilterModule(object):
             'mig_layout_rollout_settings': mig_layout_rollout_settings,
             'mig_layout_rollout_serial': mig_layout_rollout_serial,
             'mig_layout_rollout_progress': mig_layout_rollout_progress,
+            'mig_layout_rollout_unfinished': mig_layout_rollout_unfinished,
             'mig_layout_fleet_plan': mig_layout_fleet_plan,
             'mig_layout_instances': mig_layout_instances,
             'mig_layout_host_gpus': mig_layout_host_gpus,

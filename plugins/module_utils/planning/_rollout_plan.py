@@ -12,6 +12,7 @@ Pure Python: no NVML, no Ansible imports.
   before any host is touched, each refused with one line.
 - :func:`play_serial`: the rollout play's ``serial``: the change batches, or every host at once in check mode.
 - :func:`batch_sizes`, :func:`progress`: batch k of n, hosts done, failed, failure budget left.
+- :func:`unfinished`: the hosts the run fails, each with its reason.
 - :func:`fleet_plan`: one plan of the whole fleet from the hosts' decisions (nvidia_mig_layout
   with ``apply: false``): per host and GPU before -> after, instances destroyed, pods to evict,
   hosts refused and why, totals.
@@ -171,6 +172,22 @@ def progress(hosts, batch_hosts, settings, failed, check_mode=False):
         else 'left: %d more host(s) may fail (mig_layout_max_fail_percentage=%s)' % (left, settings['max_fail_percentage']))
     figures['line'] = line
     return figures
+
+
+def unfinished(hosts, started, errors, settings, change):
+    """{host: why it fails the run} for each host of ``hosts`` (the play's, in order) whose change failed, that
+    could not be reached, or that the rollout stopped before; empty when every host got through.
+
+    ``started``: the hosts the rollout reached; ``errors``: {host: reason} of those that failed; ``change``: what
+    the rollout applies, such as ``MIG layout nighttime`` or ``the MIG repack``.
+    """
+    failed = [host for host in hosts if host in errors]
+    reasons = '; '.join('%s: %s' % (host, errors[host].rstrip('.')) for host in failed)
+    stopped = ('Not changed: the rollout of %s stopped before this host because %d of %d host(s) failed, more than '
+               'mig_layout_max_fail_percentage=%s percent allows: %s.' % (
+                   change, len(failed), len(hosts), settings['max_fail_percentage'], reasons))
+    return dict((host, errors[host] if host in errors else stopped) for host in hosts
+                if host in errors or host not in started)
 
 
 # ---- the fleet plan ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_pla
     progress,
     real_run_stop,
     rollout_settings,
+    unfinished,
 )
 
 
@@ -107,6 +108,20 @@ def test_a_dry_run_says_after_which_batch_a_real_run_would_stop(failed, stop):
                              'batch %d of 3)' % stop)
     else:
         assert line.endswith('failure budget spent')
+
+
+def test_the_hosts_a_run_fails_and_why():
+    settings = rollout_settings(2, 0)
+    assert unfinished(HOSTS, HOSTS, {}, settings, 'MIG layout nighttime') == {}
+    # c failed in the second batch; the rollout stopped before e and f.
+    failing = unfinished(HOSTS, ['a', 'b', 'c', 'd'], {'c': 'MIG layout nighttime was not applied on c: NVML error'},
+                         settings, 'MIG layout nighttime')
+    stopped = ('Not changed: the rollout of MIG layout nighttime stopped before this host because 1 of 6 host(s) failed, '
+               'more than mig_layout_max_fail_percentage=0 percent allows: c: MIG layout nighttime was not applied on c: '
+               'NVML error.')
+    assert failing == {'c': 'MIG layout nighttime was not applied on c: NVML error', 'e': stopped, 'f': stopped}
+    # a lost host that the rollout reached fails with its own reason only
+    assert unfinished(['a', 'b'], ['a', 'b'], {'b': 'lost'}, settings, 'the MIG repack') == {'b': 'lost'}
 
 
 def test_progress_with_percentage_batches():
