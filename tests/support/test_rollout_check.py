@@ -213,7 +213,7 @@ def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_flee
     before = host_files(daytime_fleet)
     # Without known GPUs the pre-flight cannot tell: the (dry) run goes on, and keeps each host's GPUs.
     first = ansible_playbook(daytime_fleet, cache, '--check', '-e', nowhere, '-e', 'mig_layout_serial=100%')
-    assert 'Keep the host\'s MIG-capable GPUs for the next pre-flight' in first.stdout, first.stdout[-3000:]
+    assert 'Keep the MIG-capable GPUs of the hosts of the batch for the next pre-flight' in first.stdout, first.stdout[-3000:]
     # One file per host (ansible-core 2.19 prefixes the names with the cache's schema, s1_).
     files = dict((name.split('_', 1)[-1], name) for name in os.listdir(cache))
     assert sorted(files) == sorted(HOSTS)
