@@ -151,10 +151,11 @@ def run_ping(directory):
 
 
 def baseline_playbook(directory, revision):
-    """playbooks/mig_report.yml of git revision ``revision``, written beside this checkout's playbooks."""
+    """playbooks/mig_report.yml of git revision ``revision``, written into ``directory`` (it needs no file of its own
+    folder: the collection's plugins come by their names)."""
     text = subprocess.check_output(['git', 'show', '%s:playbooks/mig_report.yml' % revision], cwd=REPOSITORY,
                                    universal_newlines=True)
-    path = os.path.join(REPOSITORY, 'playbooks', '.bench-report-%s.yml' % os.path.basename(directory))
+    path = os.path.join(directory, 'mig_report-%s.yml' % revision)
     with open(path, 'w') as handle:
         handle.write(text)
     return path
@@ -176,8 +177,6 @@ def bench(label, hosts, gpus, repeats, full_facts, playbook=None, revision=None)
             sys.stdout.flush()
         return runs
     finally:
-        if revision and playbook and os.path.basename(playbook).startswith('.bench-report-'):
-            os.remove(playbook)
         shutil.rmtree(directory)
 
 
