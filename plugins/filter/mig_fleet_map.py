@@ -39,6 +39,10 @@ options:
         with C(namespace), C(pod) and optionally C(container), or of strings C(namespace/pod) (or C(uid:<pod uid>)) as
         M(gpufleet.mig.nvidia_mig_facts) writes them.
       - GPUs that are not MIG-capable and GPUs with MIG disabled (whose C(profiles) may be empty) are shown as such.
+      - Instead of C(layout) and C(gpus), a record may carry C(summary), the RV(gpufleet.mig.nvidia_mig_facts#module:summary)
+        the host computed (O(gpufleet.mig.nvidia_mig_facts#module:summary=true)): its GPUs are drawn as they are,
+        without recomputing them, so a fleet's whole facts need not reach the controller (C(playbooks/mig_report.yml)
+        does so).
       - A record may carry C(failed), a reason, instead of C(gpus) for a host whose facts could not be read.
       - A record may carry C(plan), a dict with C(layout) (the planned layout name) and C(gpus) (the C(gpus) of
         M(gpufleet.mig.nvidia_mig_layout) run with O(gpufleet.mig.nvidia_mig_layout#module:apply=false)).
@@ -115,12 +119,14 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.six import string_types
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
-    Catalog,
-    GeometryError,
-    Occupancy,
-    analyze,
-    slice_states,
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import (
+    MODES,
+    MapInputError,
+    gpu_view,
+    is_int,
+    require,
+    summary_gpus,
+    view_of_summary,
 )
 
 try:
@@ -128,7 +134,6 @@ try:
 except ImportError:  # pragma: no cover - jinja2 comes with ansible-core on every controller
     jinja2 = None
 
-MODES = ('enabled', 'disabled')
 _ID_UNSAFE = re.compile(r'[^A-Za-z0-9_-]+')
 
 STYLE = '''
@@ -468,167 +473,8 @@ SCRIPT = r'''
 '''
 
 
-class MapInputError(ValueError):
-    """A host record that cannot be drawn."""
-
-
 def _error(message):
     return AnsibleFilterError('mig_fleet_map: %s' % message)
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _require(record, key, kinds, where, kind_name, optional=False):
-    if key not in record or record[key] is None:
-        if optional:
-            return None
-        raise MapInputError('%s: missing %s (%s)' % (where, key, kind_name))
-    value = record[key]
-    if isinstance(value, bool) and bool not in kinds:
-        raise MapInputError('%s: %s must be %s, got %r' % (where, key, kind_name, value))
-    if not isinstance(value, kinds):
-        raise MapInputError('%s: %s must be %s, got %s %r' % (where, key, kind_name, type(value).__name__, value))
-    return value
-
-
-def _model_name(name):
-    return name[len('NVIDIA '):] if name.startswith('NVIDIA ') else name
-
-
-def _pids_of(gi):
-    pids = set()
-    for ci in gi.get('compute_instances') or []:
-        for process in ci.get('processes') or []:
-            pids.add(process['pid'])
-    return sorted(pids)
-
-
-def _allocations(record, where):
-    """The pods holding a GPU instance (or a whole GPU), each {'label', 'detail'} for display.
-
-    An entry is a dict {namespace, pod[, container]} or a string as nvidia_mig_facts writes it:
-    'namespace/pod', or 'uid:<pod uid>' where only the process cgroup names the pod.
-    """
-    allocated = record.get('allocated_to')
-    if allocated is None:
-        return []
-    if not isinstance(allocated, list):
-        raise MapInputError('%s: allocated_to must be a list of pods ({namespace, pod, container} or '
-                            "'namespace/pod'), got %r" % (where, allocated))
-    result = []
-    for entry in allocated:
-        if isinstance(entry, string_types) and entry.strip():
-            result.append({'label': entry, 'detail': entry, 'container': None})
-            continue
-        if not isinstance(entry, dict):
-            raise MapInputError("%s: allocated_to entries must be {namespace, pod, container} or 'namespace/pod', got %r"
-                                % (where, entry))
-        namespace = _require(entry, 'namespace', string_types, where + ' allocated_to', 'a string')
-        pod = _require(entry, 'pod', string_types, where + ' allocated_to', 'a string')
-        container = _require(entry, 'container', string_types, where + ' allocated_to', 'a string', optional=True)
-        label = '%s/%s' % (namespace, pod)
-        result.append({'label': label, 'detail': '%s (container %s)' % (label, container) if container else label,
-                       'container': container})
-    return result
-
-
-def _instance_view(gi, catalog, where):
-    if not isinstance(gi, dict):
-        raise MapInputError('%s: each GPU instance must be a dict, got %r' % (where, gi))
-    gi_id = _require(gi, 'id', (int,), where + ' GPU instance', 'an integer')
-    where = '%s GPU instance %d' % (where, gi_id)
-    profile = _require(gi, 'profile', string_types, where, 'a profile name')
-    placement = _require(gi, 'placement', (dict,), where, 'a dict {start, size}')
-    start = _require(placement, 'start', (int,), where + ' placement', 'an integer')
-    size = _require(placement, 'size', (int,), where + ' placement', 'an integer')
-    known = catalog.get(profile)
-    if known is None:
-        raise MapInputError('%s: profile %s is not among the GPU profiles (%s)' % (where, profile, ', '.join(catalog.names())))
-    if size != known.memory_slices:
-        raise MapInputError('%s: placement size %d but %s spans %d memory slices' % (where, size, profile, known.memory_slices))
-    cis = _require(gi, 'compute_instances', (list,), where, 'a list', optional=True) or []
-    for ci in cis:
-        if not isinstance(ci, dict) or not isinstance(ci.get('processes') or [], list):
-            raise MapInputError('%s: compute instances must be dicts with a processes list, got %r' % (where, ci))
-        for process in ci.get('processes') or []:
-            if not isinstance(process, dict) or not _is_int(process.get('pid')):
-                raise MapInputError('%s: processes must be dicts with an integer pid, got %r' % (where, process))
-    pids = _pids_of(gi)
-    return {
-        'id': gi_id,
-        'profile': profile,
-        'start': start,
-        'size': size,
-        'compute_instances': sorted('%s' % ci.get('profile', '?') for ci in cis),
-        'pids': pids,
-        'busy': bool(pids) or gi.get('busy') is True,
-        'allocated_to': _allocations(gi, where),
-    }
-
-
-def _gpu_view(gpu, host):
-    where = 'host %s' % host
-    if not isinstance(gpu, dict):
-        raise MapInputError('%s: each GPU must be a dict (nvidia_mig_facts gpus entry), got %r' % (where, gpu))
-    index = _require(gpu, 'index', (int,), where + ' GPU', 'an integer')
-    where = '%s GPU %d' % (where, index)
-    view = {
-        'index': index,
-        'uuid': _require(gpu, 'uuid', string_types, where, 'a string'),
-        'name': _require(gpu, 'name', string_types, where, 'a string'),
-        'mig_capable': _require(gpu, 'mig_capable', (bool,), where, 'true or false'),
-        'in_layout': _require(gpu, 'in_layout', (bool,), where, 'true, false or null', optional=True),
-        'processes': [],
-        'instances': [],
-        'states': [],
-        'figures': None,
-        'total_slices': 0,
-        'plan': None,
-    }
-    view['model'] = _model_name(view['name'])
-    processes = gpu.get('processes') or []
-    if not isinstance(processes, list) or not all(isinstance(p, dict) and _is_int(p.get('pid')) for p in processes):
-        raise MapInputError('%s: processes must be a list of dicts with an integer pid, got %r' % (where, processes))
-    view['processes'] = sorted(set(p['pid'] for p in processes))
-    view['allocated_to'] = _allocations(gpu, where)
-    if not view['mig_capable']:
-        view['mig'] = 'unsupported'
-        view['pending'] = 'unsupported'
-        return view
-    mode = _require(gpu, 'mig_mode', (dict,), where, 'a dict {current, pending}')
-    for key in ('current', 'pending'):
-        if mode.get(key) not in MODES:
-            raise MapInputError('%s: mig_mode.%s must be enabled or disabled, got %r' % (where, key, mode.get(key)))
-    view['mig'] = mode['current']
-    view['pending'] = mode['pending']
-    profiles = _require(gpu, 'profiles', (list,), where, 'a list', optional=True) or []
-    instances = _require(gpu, 'gpu_instances', (list,), where, 'a list', optional=True) or []
-    if view['mig'] == 'disabled':
-        if instances:
-            raise MapInputError('%s: MIG is disabled but %d GPU instance(s) are listed' % (where, len(instances)))
-        return view
-    if not profiles:
-        raise MapInputError('%s: MIG is enabled but no GPU instance profiles are listed (NVML reports them once MIG is on)' % where)
-    try:
-        catalog = Catalog.from_data(profiles)
-    except (GeometryError, KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise MapInputError('%s: unreadable profiles: %s' % (where, exc))
-    views = sorted((_instance_view(gi, catalog, where) for gi in instances), key=lambda v: v['start'])
-    ids = [v['id'] for v in views]
-    if len(set(ids)) != len(ids):
-        raise MapInputError('%s: GPU instance ids repeat: %s' % (where, sorted(ids)))
-    try:
-        states = slice_states(catalog, [(v['profile'], v['start']) for v in views])
-    except GeometryError as exc:
-        raise MapInputError('%s: %s' % (where, exc))
-    view['instances'] = views
-    view['states'] = states
-    view['total_slices'] = catalog.total_slices
-    view['figures'] = analyze(catalog, Occupancy.of(catalog, [(v['profile'], v['start']) for v in views]))
-    view['ranks'] = dict((name, catalog.get(name).rank()) for name in catalog.names())
-    return view
 
 
 def _host_view(record, position):
@@ -638,14 +484,21 @@ def _host_view(record, position):
     if not isinstance(host, string_types) or not host.strip():
         raise MapInputError('host record %d: host must be a non-empty inventory name, got %r' % (position, host))
     where = 'host %s' % host
-    layout = _require(record, 'layout', string_types, where, 'a layout name or null', optional=True)
-    failed = _require(record, 'failed', string_types, where, 'a reason (string) or null', optional=True)
-    gpus = _require(record, 'gpus', (list,), where, 'a list (nvidia_mig facts gpus)', optional=failed is not None) or []
-    views = sorted((_gpu_view(gpu, host) for gpu in gpus), key=lambda v: v['index'])
+    failed = require(record, 'failed', string_types, where, 'a reason (string) or null', optional=True)
+    summary = require(record, 'summary', (dict,), where, 'a dict (nvidia_mig_facts summary)', optional=True)
+    if summary is not None:
+        # The host computed its GPUs' views (nvidia_mig_facts summary: true): read back, not recomputed.
+        layout = require(summary, 'layout', string_types, where + ' summary', 'a layout name or null', optional=True)
+        views = [view_of_summary(gpu, host) for gpu in summary_gpus(summary, where)]
+    else:
+        layout = require(record, 'layout', string_types, where, 'a layout name or null', optional=True)
+        gpus = require(record, 'gpus', (list,), where, 'a list (nvidia_mig facts gpus)', optional=failed is not None) or []
+        views = [gpu_view(gpu, host) for gpu in gpus]
+    views.sort(key=lambda v: v['index'])
     indexes = [v['index'] for v in views]
     if len(set(indexes)) != len(indexes):
         raise MapInputError('host %s: GPU indexes repeat: %s' % (host, indexes))
-    plan = _require(record, 'plan', (dict,), where, 'a dict {layout, gpus} (nvidia_mig_layout with apply=false)',
+    plan = require(record, 'plan', (dict,), where, 'a dict {layout, gpus} (nvidia_mig_layout with apply=false)',
                     optional=True)
     if plan is not None:
         _attach_plan(views, plan, where)
@@ -656,25 +509,25 @@ def _host_view(record, position):
 def _attach_plan(views, plan, where):
     """Each GPU's planned change (the gpus of nvidia_mig_layout with apply=false): its instances after, marked new or kept,
     the instances it destroys and the pods that must move. GPUs the plan does not list stay as they are."""
-    layout = _require(plan, 'layout', string_types, where + ' plan', 'the planned layout name')
-    entries = _require(plan, 'gpus', (list,), where + ' plan', 'a list (nvidia_mig_layout gpus)')
+    layout = require(plan, 'layout', string_types, where + ' plan', 'the planned layout name')
+    entries = require(plan, 'gpus', (list,), where + ' plan', 'a list (nvidia_mig_layout gpus)')
     by_index = dict((v['index'], v) for v in views)
     for entry in entries:
         if not isinstance(entry, dict):
             raise MapInputError('%s plan: each GPU must be a dict, got %r' % (where, entry))
-        index = _require(entry, 'index', (int,), where + ' plan GPU', 'an integer')
+        index = require(entry, 'index', (int,), where + ' plan GPU', 'an integer')
         gpu = by_index.get(index)
         label = '%s plan GPU %d' % (where, index)
         if gpu is None:
             raise MapInputError('%s: no such GPU in the facts' % label)
-        after = _require(entry, 'after', (list,), label, 'a list of GPU instances or null', optional=True)
-        destroyed = _require(entry, 'destroyed_instances', (list,), label, 'a list', optional=True) or []
-        pods = _require(entry, 'pods_to_evict', (list,), label, 'a list of pods', optional=True) or []
+        after = require(entry, 'after', (list,), label, 'a list of GPU instances or null', optional=True)
+        destroyed = require(entry, 'destroyed_instances', (list,), label, 'a list', optional=True) or []
+        pods = require(entry, 'pods_to_evict', (list,), label, 'a list of pods', optional=True) or []
         if not all(isinstance(p, string_types) for p in pods):
             raise MapInputError('%s: pods_to_evict must be a list of strings, got %r' % (label, pods))
         gone = []
         for instance in destroyed:
-            if not isinstance(instance, dict) or not _is_int(instance.get('id')):
+            if not isinstance(instance, dict) or not is_int(instance.get('id')):
                 raise MapInputError('%s: destroyed_instances entries must be dicts with an integer id, got %r' % (label, instance))
             gone.append(instance['id'])
         planned = None
@@ -683,12 +536,12 @@ def _attach_plan(views, plan, where):
             for instance in after:
                 if not isinstance(instance, dict):
                     raise MapInputError('%s: after entries must be dicts, got %r' % (label, instance))
-                profile = _require(instance, 'profile', string_types, label + ' after', 'a profile name')
-                placement = _require(instance, 'placement', (dict,), label + ' after', 'a dict {start, size}')
+                profile = require(instance, 'profile', string_types, label + ' after', 'a profile name')
+                placement = require(instance, 'placement', (dict,), label + ' after', 'a dict {start, size}')
                 planned.append({'profile': profile,
-                                'start': _require(placement, 'start', (int,), label + ' after', 'an integer'),
-                                'size': _require(placement, 'size', (int,), label + ' after', 'an integer'),
-                                'kept': _is_int(instance.get('id'))})
+                                'start': require(placement, 'start', (int,), label + ' after', 'an integer'),
+                                'size': require(placement, 'size', (int,), label + ' after', 'an integer'),
+                                'kept': is_int(instance.get('id'))})
             planned.sort(key=lambda i: i['start'])
         mode = (entry.get('mode') or {}).get('after') or {}
         gpu['plan'] = {
@@ -1062,8 +915,94 @@ def mig_fleet_map(hosts, title='MIG fleet map', generated=None, fragmentation_ab
         payload=fleet_payload(views)) + '\n'
 
 
+# ---- playbooks/mig_report.yml: the records of a job, a slice's part, the parts merged ----------------
+
+# A sliced job's part is published under this prefix and the slice's AWX job id: AWX merges the artifacts of a
+# workflow's jobs key by key (awx/main/models/workflow.py, WorkflowJobNode.get_job_kwargs), so one key per slice
+# keeps every part.
+PART_PREFIX = 'mig_report_part_'
+
+
+def mig_report_records(hosts, hostvars, plan_layout=None):
+    """One map record per host of ``hosts`` that ran the report: {host, summary[, plan]} from the registered
+    ``mig_report_host`` (nvidia_mig_facts with summary: true), or {host, failed} from ``mig_report_failed``."""
+    records = []
+    # raw_get: the host's variables as they are. The results read here are plain data the modules returned, and
+    # templating each host's (hostvars[host].get) walks every one of them again (ansible/vars/hostvars.py).
+    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
+    for host in hosts:
+        facts = raw(host)
+        failed = facts.get('mig_report_failed')
+        result = facts.get('mig_report_host')
+        if failed:
+            records.append({'host': host, 'failed': str(failed)})
+        elif isinstance(result, dict) and isinstance(result.get('summary'), dict):
+            record = {'host': host, 'summary': result['summary']}
+            plan = facts.get('mig_report_plan')
+            if plan_layout is not None and isinstance(plan, dict) and isinstance(plan.get('gpus'), list):
+                record['plan'] = {'layout': plan_layout, 'gpus': plan['gpus']}
+            records.append(record)
+    return records
+
+
+def mig_report_lines(records):
+    """{host: ['declared layout: <name or none>', a line per GPU]} (or the reason its facts could not be read)."""
+    lines = {}
+    for record in records:
+        if 'summary' in record:
+            summary = record['summary']
+            lines[record['host']] = ['declared layout: %s' % (summary.get('layout') or 'none')] + list(summary.get('lines') or [])
+        else:
+            lines[record['host']] = ['facts not read: %s' % record.get('failed')]
+    return lines
+
+
+def mig_report_totals(records):
+    """The report's summary line of ``records`` (its own hosts, or a sliced job's merged parts)."""
+    totals = dict((key, 0) for key in ('gpus', 'mig_enabled', 'out_of_layout', 'instances', 'free_slices', 'stranded_slices'))
+    layouts = set()
+    for record in records:
+        summary = record.get('summary') or {}
+        for key in totals:
+            totals[key] += int((summary.get('totals') or {}).get(key) or 0)
+        if 'summary' in record:
+            layouts.add(summary.get('layout') or 'none')
+    return ('%d host(s), %d GPU(s), %d with MIG enabled, %d not in their declared layout, %d GPU instance(s), %d free and '
+            '%d stranded memory slice(s); layouts: %s' % (
+                len(records), totals['gpus'], totals['mig_enabled'], totals['out_of_layout'], totals['instances'],
+                totals['free_slices'], totals['stranded_slices'], ', '.join(sorted(layouts)) or '-'))
+
+
+def mig_report_part(records, job_id):
+    """What one slice of a sliced report publishes with set_stats: {mig_report_part_<job id>: records}."""
+    return {'%s%s' % (PART_PREFIX, job_id): records}
+
+
+def mig_report_merge(variables):
+    """The records of every slice's part (the ``mig_report_part_<job id>`` variables AWX hands the next workflow
+    node), in job order; a host reported by two parts (a relaunched slice) counts once, from the later job."""
+    parts = []
+    for name, records in variables.items():
+        if name.startswith(PART_PREFIX) and name[len(PART_PREFIX):].isdigit():
+            if not isinstance(records, list):
+                raise _error('%s must be the list of host records a slice published, got %s' % (name, type(records).__name__))
+            parts.append((int(name[len(PART_PREFIX):]), records))
+    merged = {}
+    for dummy, records in sorted(parts, key=lambda part: part[0]):
+        for record in records:
+            merged[record.get('host') if isinstance(record, dict) else None] = record
+    return [merged[host] for host in sorted(merged, key=str)]
+
+
 class FilterModule(object):
-    """gpufleet.mig fleet map filter."""
+    """gpufleet.mig fleet map filters."""
 
     def filters(self):
-        return {'mig_fleet_map': mig_fleet_map}
+        return {
+            'mig_fleet_map': mig_fleet_map,
+            'mig_report_records': mig_report_records,
+            'mig_report_lines': mig_report_lines,
+            'mig_report_totals': mig_report_totals,
+            'mig_report_part': mig_report_part,
+            'mig_report_merge': mig_report_merge,
+        }

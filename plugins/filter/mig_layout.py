@@ -36,8 +36,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_pla
     RolloutSettingsError,
     fleet_plan,
     instances_text,
+    play_serial,
     progress,
     rollout_settings,
+    unfinished,
 )
 
 try:
@@ -181,9 +183,27 @@ def mig_layout_rollout_settings(serial=1, max_fail_percentage=0):
     return settings
 
 
+def mig_layout_rollout_serial(serial, check_mode=False):
+    """The ``serial`` of the rollout play: ``mig_layout_serial``, or every host in one batch in check mode."""
+    return play_serial(serial, check_mode)
+
+
 def mig_layout_rollout_progress(batch_hosts, hosts, settings, failed, check_mode=False):
     """batch k of n, hosts done, failed, failure budget left (a dict with the one ``line``)."""
     return progress(list(hosts), list(batch_hosts), settings, list(failed), check_mode)
+
+
+def mig_layout_rollout_unfinished(hosts, hostvars, settings, change):
+    """{host: reason} of the hosts the rollout fails: changes that failed, hosts lost, hosts it stopped before."""
+    started = []
+    errors = {}
+    for host in hosts:
+        facts = hostvars[host]
+        if facts.get('mig_layout_rollout_started'):
+            started.append(host)
+        if facts.get('mig_layout_rollout_error'):
+            errors[host] = str(facts.get('mig_layout_rollout_error'))
+    return unfinished(list(hosts), started, errors, settings, change)
 
 
 def mig_layout_instances(instances):
@@ -232,7 +252,9 @@ class FilterModule(object):
             'mig_layout_problems': mig_layout_problems,
             'mig_layout_gpu_pods': mig_layout_gpu_pods,
             'mig_layout_rollout_settings': mig_layout_rollout_settings,
+            'mig_layout_rollout_serial': mig_layout_rollout_serial,
             'mig_layout_rollout_progress': mig_layout_rollout_progress,
+            'mig_layout_rollout_unfinished': mig_layout_rollout_unfinished,
             'mig_layout_fleet_plan': mig_layout_fleet_plan,
             'mig_layout_instances': mig_layout_instances,
             'mig_layout_host_gpus': mig_layout_host_gpus,

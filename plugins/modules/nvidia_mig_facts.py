@@ -32,6 +32,14 @@ options:
       - A file that does not exist (a host no layout was declared on) means no declared layout; empty reads none.
     type: path
     default: /etc/gpufleet-mig/layout.json
+  summary:
+    description:
+      - Return only RV(summary), what C(playbooks/mig_report.yml) and the fleet map (P(gpufleet.mig.mig_fleet_map#filter))
+        need of each GPU, computed here on the host, instead of the facts: no RV(ansible_facts.nvidia_mig) is set.
+      - A few KB per host instead of every profile with its placements and compute profiles, so that a fleet's report
+        does not carry the whole facts of every host through the controller.
+    type: bool
+    default: false
   kubelet_allocatable:
     description:
       - Also read the kubelet's C(GetAllocatableResources) over O(pod_resources_socket), the device ids the device
@@ -66,15 +74,40 @@ EXAMPLES = r'''
   gpufleet.mig.nvidia_mig_facts:
     kubelet_allocatable: true
 
+- name: Only what the report and the fleet map need (a few KB per host, no facts set)
+  gpufleet.mig.nvidia_mig_facts:
+    summary: true
+  register: mig_summary
+
 - name: Show what still fits on GPU 0
   ansible.builtin.debug:
     msg: "{{ ansible_facts.nvidia_mig.gpus[0].placeable }}"
 '''
 
 RETURN = r'''
+summary:
+  description:
+    - What the report and the fleet map need of the host, computed from the same facts.
+    - C(layout), the declared layout or null; C(lines), the report's line per GPU; C(totals) (C(gpus), C(mig_enabled),
+      C(out_of_layout), C(instances), C(free_slices), C(stranded_slices), C(busy_gpus)); C(map), the GPUs as the map
+      draws them, as one JSON text (one value per host: ansible-core handles every value of a result several times).
+    - C(map) is a list, per GPU C(index), C(uuid), C(name), C(mig_capable), C(mig_mode) (C(current), C(pending);
+      V(unsupported) without MIG), C(in_layout), C(processes) (pids), C(allocated_to), C(total_slices), C(slices) (per
+      memory slice V(free), V(stranded), V(unusable) or the position in C(gpu_instances) of the instance covering it),
+      C(figures) (C(free_slices), C(stranded_slices), C(largest_placeable), C(fragmentation),
+      C(repacked_largest_placeable); null while MIG is off), C(ranks) (the sort order of the profiles C(figures) names)
+      and C(gpu_instances) (C(id), C(profile), C(start), C(size), C(compute_instances) profile names, C(pids), C(busy),
+      C(allocated_to)).
+  returned: when O(summary=true)
+  type: dict
+  sample:
+    layout: daytime
+    lines: ["GPU 0 A30: MIG enabled, 4x1g.6gb; 0 free slice(s), largest placeable -, 0 stranded, fragmentation 0.00, in layout"]
+    totals: {gpus: 1, mig_enabled: 1, out_of_layout: 0, instances: 4, free_slices: 0, stranded_slices: 0, busy_gpus: 0}
+    map: '[{"allocated_to":[],"figures":{"fragmentation":0.0,"free_slices":0,"largest_placeable":null,...},...}]'
 ansible_facts:
   description: Facts under C(nvidia_mig).
-  returned: always
+  returned: unless O(summary=true)
   type: dict
   contains:
     nvidia_mig:
@@ -275,6 +308,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record imp
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import in_layout_by_uuid
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PodResourcesUnavailable, allocatable_gpu_device_ids
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import free_space
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import MapInputError, host_summary
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations
 
 
@@ -349,12 +383,18 @@ def main_body(module):
     }
     if allocatable is not None:
         facts['kubelet_allocatable'] = allocatable
+    if module.params['summary']:
+        try:
+            summary = host_summary(layout, facts['gpus'], 'this host')
+        except MapInputError as exc:
+            module.fail_json(msg='the summary of the GPUs cannot be made: %s' % exc)
+        module.exit_json(changed=False, summary=summary)
     module.exit_json(changed=False, ansible_facts={'nvidia_mig': facts})
 
 
 def main():
     argument_spec = dict(gpus=dict(type='list', elements='str', default=['all']), layout_file=dict(type='path', default=DEFAULT_LAYOUT_FILE),
-                         kubelet_allocatable=dict(type='bool', default=False))
+                         kubelet_allocatable=dict(type='bool', default=False), summary=dict(type='bool', default=False))
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)

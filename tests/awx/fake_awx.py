@@ -44,11 +44,21 @@ COLLECTIONS = {
                       ('credentials', 'labels', 'instance_groups')),
     'schedules': ('schedule', {'unified_job_template': 'unified_job_templates', 'inventory': 'inventories'},
                   ('credentials',)),
+    'workflow_job_templates': ('workflow_job_template', {'organization': 'organizations', 'inventory': 'inventories'},
+                               ('labels',)),
+    'workflow_job_template_nodes': ('workflow_job_template_node', {'workflow_job_template': 'workflow_job_templates',
+                                                                   'unified_job_template': 'unified_job_templates',
+                                                                   'inventory': 'inventories'},
+                                    ('success_nodes', 'failure_nodes', 'always_nodes', 'credentials', 'labels',
+                                     'instance_groups')),
     'instance_groups': ('instance_group', {}, ()),
     'labels': ('label', {'organization': 'organizations'}, ()),
 }
 # What AWX's unified_job_templates list shows.
-UNIFIED = ('job_templates', 'projects', 'inventory_sources')
+UNIFIED = ('job_templates', 'projects', 'inventory_sources', 'workflow_job_templates')
+# Related lists whose members are objects of another collection.
+RELATED_TARGETS = {'galaxy_credentials': 'credentials', 'success_nodes': 'workflow_job_template_nodes',
+                   'failure_nodes': 'workflow_job_template_nodes', 'always_nodes': 'workflow_job_template_nodes'}
 REQUIRED = {
     'projects': ('name', 'organization'),
     'inventories': ('name', 'organization'),
@@ -56,6 +66,7 @@ REQUIRED = {
     'job_templates': ('name', 'project', 'playbook'),
     'schedules': ('name', 'unified_job_template', 'rrule'),
     'execution_environments': ('name', 'image'),
+    'workflow_job_template_nodes': ('workflow_job_template',),
 }
 _DTSTART = re.compile(r'^DTSTART;TZID=[A-Za-z0-9_+/-]+:[0-9]{8}T[0-9]{6} RRULE:(?P<rule>[A-Z0-9=;,]+)$')
 
@@ -202,7 +213,7 @@ class FakeAWX(object):
             key = (collection, obj['id'], parts[2])
             if len(parts) != 3 or key not in self.associations:
                 return 404, {'detail': 'Not found.'}
-            target = 'credentials' if parts[2] in ('credentials', 'galaxy_credentials') else parts[2]
+            target = RELATED_TARGETS.get(parts[2], parts[2])
             if method == 'GET':
                 return 200, self._page([self._get(target, item) for item in self.associations[key]])
             if method == 'POST':

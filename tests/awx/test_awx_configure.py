@@ -104,6 +104,7 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
 
     templates = dict((jt['name'], jt) for jt in fake.find('job_templates'))
     assert sorted(templates) == sorted(['MIG layout - daytime', 'MIG layout - nighttime', 'MIG report',
+                                        defaults['awx_report_merge_template_name'],
                                         defaults['awx_repack_template_name'], defaults['awx_demand_template_name'],
                                         defaults['awx_config_template_name']])
     for jt in templates.values():
@@ -134,6 +135,19 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
     report = templates['MIG report']
     assert (report['playbook'], report['job_slice_count']) == ('playbooks/mig_report.yml', 8)
     assert credential_names(fake, 'job_templates', report) == ['GPU hosts - SSH', 'Fleet vault']
+    # Sliced, each slice publishes its hosts; the workflow runs the slices, then always the merge into one fleet map.
+    assert json.loads(report['extra_vars']) == {'mig_report_publish': True}
+    merge = templates[defaults['awx_report_merge_template_name']]
+    assert (merge['playbook'], merge['job_slice_count'], json.loads(merge['extra_vars'])) == (
+        'playbooks/mig_report.yml', 1, {'mig_report_merge': True})
+    workflow = by_name(fake, 'workflow_job_templates', defaults['awx_report_workflow_name'])
+    assert workflow['organization'] == org['id']
+    nodes = dict((node['identifier'], node) for node in fake.find('workflow_job_template_nodes', workflow_job_template=workflow['id']))
+    assert sorted(nodes) == ['fleet-map', 'report-slices']
+    assert (nodes['report-slices']['unified_job_template'], nodes['fleet-map']['unified_job_template']) == (report['id'], merge['id'])
+    assert fake.related('workflow_job_template_nodes', nodes['report-slices']['id'], 'always_nodes') == [nodes['fleet-map']['id']]
+    for relation in ('success_nodes', 'failure_nodes', 'always_nodes'):
+        assert fake.related('workflow_job_template_nodes', nodes['fleet-map']['id'], relation) == []
     config = templates[defaults['awx_config_template_name']]
     assert config['playbook'] == 'playbooks/awx_configure.yml'
     assert credential_names(fake, 'job_templates', config) == ['AWX - controller']

@@ -82,10 +82,10 @@ def private_data_dir(tmp_path, monkeypatch):
     return pdd, state_dir
 
 
-def run_job(pdd, playbook, extravars):
+def run_job(pdd, playbook, extravars, limit=None):
     """One job as AWX launches it: extra vars in env/extravars, then ansible-runner (tests/support/playbook.py)."""
     write_yaml(str(pdd / 'env' / 'extravars'), extravars)
-    run = run_playbook(playbook, private_data_dir=str(pdd))
+    run = run_playbook(playbook, private_data_dir=str(pdd), args=['--limit', ','.join(limit)] if limit else [])
     assert (run.rc, run.status) == (0, 'successful'), run.describe() + '\n' + run.stdout[-6000:]
     return run
 
@@ -143,16 +143,17 @@ def test_layout_switch_jobs_and_report_as_awx_runs_them(private_data_dir):
     assert run.changed == ['localhost'] and os.path.isfile(fleet_map)
     assert snapshot(state_dir) == before
     assert sorted(host for host, counts in run.stats.items() if counts['ok']) == sorted(SIM_HOSTS + ('localhost',))
-    report = run.task_results('Report the layout and fragmentation of each GPU')
+    # One task on the controller reports every host's GPUs (no task per host: each host computed its lines).
+    report = run.task_results('Report the layout and fragmentation of each GPU')['localhost']['msg']
     assert sorted(report) == sorted(SIM_HOSTS)
-    assert all(res['msg'][0] == 'declared layout: daytime' for res in report.values()), report
+    assert all(lines[0] == 'declared layout: daytime' for lines in report.values()), report
     for host, line in (('sim-a100-01', report_line(0, 'A100-SXM4-80GB') + ';'),
                        ('sim-a30-01', report_line(1, 'A30') + '; 0 free slice(s)'),
                        ('sim-h200-01', report_line(0, 'H200') + ';'),
                        ('sim-h200-01', 'GPU 1 L40S: no MIG'),
                        ('sim-b200-01', report_line(1, 'B200') + ';'),
                        ('sim-rtxpro-01', report_line(0, 'RTX-PRO-6000-SERVER') + '; 0 free slice(s)')):
-        assert any(shown.startswith(line) for shown in report[host]['msg']), (line, report[host]['msg'])
+        assert any(shown.startswith(line) for shown in report[host]), (line, report[host])
     instances = sum(len(expected_instances('daytime', gpu[0])) for gpus in read_state(state_dir).values() for gpu in gpus)
     summary = run.task_results('Summarise the hosts of this job')['localhost']['msg']
     assert summary.startswith('6 host(s), 11 GPU(s), 10 with MIG enabled, 0 not in their declared layout, %d GPU instance(s)'
@@ -160,6 +161,41 @@ def test_layout_switch_jobs_and_report_as_awx_runs_them(private_data_dir):
     assert summary.endswith('layouts: daytime'), summary
     # Nothing was written into the repository's own simulator state or project copy's.
     assert not os.path.exists(os.path.join(str(pdd), 'project', '.state'))
+
+    # The same report sliced in two, as the workflow of awx_configure.yml runs it: each slice publishes its hosts
+    # (set_stats), AWX merges the slices' artifacts key by key into the next node's extra vars, and that node
+    # (mig_report_merge) writes one map of all of them without reading any host.
+    # (AWX gives each slice an inventory of its hosts; here a limit to them and the controller's implicit localhost.)
+    artifacts = {}
+    for job_id, hosts in ((41, SIM_HOSTS[:3]), (42, SIM_HOSTS[3:])):
+        sliced = run_job(pdd, 'playbooks/mig_report.yml', dict(
+            simulator_extravars(pdd, state_dir), mig_report_publish=True, awx_job_id=job_id,
+            mig_report_map_path=os.path.join(os.path.dirname(state_dir), 'slice-%d.html' % job_id)), limit=hosts + ('localhost',))
+        published = artifacts_of(sliced)
+        assert list(published) == ['mig_report_part_%d' % job_id]
+        assert sorted(record['host'] for record in published['mig_report_part_%d' % job_id]) == sorted(hosts)
+        artifacts.update(published)
+    merged_map = os.path.join(os.path.dirname(state_dir), 'merged.html')
+    merged = run_job(pdd, 'playbooks/mig_report.yml', dict(simulator_extravars(pdd, state_dir), mig_report_merge=True,
+                                                           awx_job_id=43, mig_report_map_path=merged_map, **artifacts))
+    assert sorted(merged.stats) == ['localhost'], merged.describe()
+    assert merged.task_results('Summarise the hosts of this job')['localhost']['msg'] == summary
+    assert fleet_data(merged_map) == fleet_data(fleet_map)
+    assert snapshot(state_dir) == before
+
+
+def artifacts_of(run):
+    """What set_stats published (ansible-runner's artifact_data: what AWX keeps as the job's artifacts)."""
+    stats = [e for e in run.events if e.get('event') == 'playbook_on_stats']
+    return stats[-1]['event_data'].get('artifact_data') or {}
+
+
+def fleet_data(path):
+    """The hosts and GPUs a fleet map draws (its JSON payload)."""
+    with open(path) as handle:
+        page = handle.read()
+    start = page.index('<script type="application/json" id="fleet-data">') + len('<script type="application/json" id="fleet-data">')
+    return json.loads(page[start:page.index('</script>', start)])
 
 
 def report_line(index, model):

@@ -126,17 +126,16 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
         'hosts_not_reached': 0, 'gpus_to_change': 8, 'instances_destroyed': 47, 'instances_created': 16,
         'pods_to_evict': 0}
 
-    # One progress line per batch; 25% of 6 hosts lets one fail.
-    progress = [res['msg'] for res in (e['event_data']['res'] for e in run.events
-                                       if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == PROGRESS_TASK)]
-    assert progress == [
-        'batch 1 of 3: 2 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
-        '(mig_layout_max_fail_percentage=25)',
-        'batch 2 of 3: 4 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
-        '(mig_layout_max_fail_percentage=25)',
-        'batch 3 of 3: 6 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
+    # A dry run is one batch of every host, whatever mig_layout_serial; 25% of 6 hosts lets one fail.
+    assert progress_lines(run) == [
+        'batch 1 of 1: 6 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
         '(mig_layout_max_fail_percentage=25)',
     ]
+
+
+def progress_lines(run):
+    return [res['msg'] for res in (e['event_data']['res'] for e in run.events
+                                   if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == PROGRESS_TASK)]
 
 
 def test_check_mode_goes_on_past_a_spent_budget(ansible_env, daytime_fleet):
@@ -147,6 +146,10 @@ def test_check_mode_goes_on_past_a_spent_budget(ansible_env, daytime_fleet):
     assert sorted(run.task_results(DECISION_TASK)) == sorted(HOSTS), run.describe()
     assert stats_data(run)['mig_layout_rollout']['totals']['hosts_evaluated'] == 6
     assert run.failed == ['sim-a100-01'], run.describe()
+    # One batch, and where the real run would have stopped.
+    [line] = progress_lines(run)
+    assert line.startswith('batch 1 of 1: 6 of 6 host(s) done, 1 failed (sim-a100-01); failure budget spent (check mode: '
+                           'a real run with mig_layout_serial=1 would stop after batch '), line
 
 
 @pytest.mark.parametrize('extravars, message', [

@@ -10,7 +10,9 @@ Pure Python: no NVML, no Ansible imports.
 
 - :func:`rollout_settings`: ``mig_layout_serial`` and ``mig_layout_max_fail_percentage`` checked
   before any host is touched, each refused with one line.
+- :func:`play_serial`: the rollout play's ``serial``: the change batches, or every host at once in check mode.
 - :func:`batch_sizes`, :func:`progress`: batch k of n, hosts done, failed, failure budget left.
+- :func:`unfinished`: the hosts the run fails, each with its reason.
 - :func:`fleet_plan`: one plan of the whole fleet from the hosts' decisions (nvidia_mig_layout
   with ``apply: false``): per host and GPU before -> after, instances destroyed, pods to evict,
   hosts refused and why, totals.
@@ -88,6 +90,18 @@ def rollout_settings(serial=1, max_fail_percentage=0):
     return {'serial': _serial(serial), 'max_fail_percentage': _max_fail_percentage(max_fail_percentage)}
 
 
+# A dry run changes nothing, so nothing needs the batches' protection: Ansible runs the play on every host at
+# once and forks alone bound the parallelism (ansible/executor/playbook_executor.py _get_serialized_batches: a
+# serial of 100% is one batch of every host).
+CHECK_MODE_SERIAL = '100%'
+
+
+def play_serial(serial, check_mode=False):
+    """The ``serial`` of the play that changes hosts: ``serial`` (mig_layout_serial) for a change, every host in
+    one batch in check mode. A bad ``serial`` is passed on unchanged: the pre-flight refuses it first."""
+    return CHECK_MODE_SERIAL if check_mode else serial
+
+
 def _batch_size(item, host_count):
     if isinstance(item, str):
         return int(int(item[:-1]) / 100.0 * host_count) or 1
@@ -115,13 +129,30 @@ def allowed_failures(budget, host_count):
     return int(math.floor(float(budget) * host_count / 100.0 + 1e-9))
 
 
+def real_run_stop(hosts, settings, failed):
+    """After a dry run: the batch (1-based) after which a real run of the same hosts would stop, or None.
+
+    The real run's batches are those of ``settings['serial']``; it stops before a batch once the hosts that failed
+    so far exceed the budget, so the first batch whose end leaves more failures than allowed, with hosts after it.
+    """
+    allowed = allowed_failures(settings['max_fail_percentage'], len(hosts))
+    failing = set(failed)
+    end = 0
+    for number, size in enumerate(batch_sizes(settings['serial'], len(hosts)), 1):
+        end += size
+        if end < len(hosts) and len(failing.intersection(hosts[:end])) > allowed:
+            return number
+    return None
+
+
 def progress(hosts, batch_hosts, settings, failed, check_mode=False):
     """One line and its figures after a batch: batch k of n, hosts done, failed, failure budget left.
 
     ``hosts``: the play's hosts in order; ``batch_hosts``: those of the batch that just ran;
-    ``failed``: the hosts failed or unreachable so far. In check mode the budget stops nothing.
+    ``failed``: the hosts failed or unreachable so far. In check mode every host is in the one batch
+    (:func:`play_serial`) and the budget stops nothing: a spent budget says where a real run would stop.
     """
-    sizes = batch_sizes(settings['serial'], len(hosts))
+    sizes = batch_sizes(play_serial(settings['serial'], check_mode), len(hosts))
     done = hosts.index(batch_hosts[0]) + len(batch_hosts) if batch_hosts else 0
     batch = 0
     reached = 0
@@ -132,13 +163,31 @@ def progress(hosts, batch_hosts, settings, failed, check_mode=False):
     left = allowed - len(failed)
     figures = {'batch': batch, 'batches': len(sizes), 'hosts': len(hosts), 'done': done, 'failed': len(failed),
                'budget_left': max(left, 0), 'over_budget': left < 0}
+    stop = real_run_stop(hosts, settings, failed) if check_mode and left < 0 else None
     line = 'batch %d of %d: %d of %d host(s) done, %d failed%s; failure budget %s' % (
         batch, len(sizes), done, len(hosts), len(failed), ' (%s)' % ', '.join(sorted(failed)) if failed else '',
-        'spent (check mode: a real run would stop here)' if left < 0 and check_mode and done < len(hosts)
+        'spent (check mode: a real run with mig_layout_serial=%s would stop after batch %d of %d)' % (
+            settings['serial'], stop, len(batch_sizes(settings['serial'], len(hosts)))) if stop
         else 'spent: the rollout stops here' if left < 0 and done < len(hosts) else 'spent' if left < 0
         else 'left: %d more host(s) may fail (mig_layout_max_fail_percentage=%s)' % (left, settings['max_fail_percentage']))
     figures['line'] = line
     return figures
+
+
+def unfinished(hosts, started, errors, settings, change):
+    """{host: why it fails the run} for each host of ``hosts`` (the play's, in order) whose change failed, that
+    could not be reached, or that the rollout stopped before; empty when every host got through.
+
+    ``started``: the hosts the rollout reached; ``errors``: {host: reason} of those that failed; ``change``: what
+    the rollout applies, such as ``MIG layout nighttime`` or ``the MIG repack``.
+    """
+    failed = [host for host in hosts if host in errors]
+    reasons = '; '.join('%s: %s' % (host, errors[host].rstrip('.')) for host in failed)
+    stopped = ('Not changed: the rollout of %s stopped before this host because %d of %d host(s) failed, more than '
+               'mig_layout_max_fail_percentage=%s percent allows: %s.' % (
+                   change, len(failed), len(hosts), settings['max_fail_percentage'], reasons))
+    return dict((host, errors[host] if host in errors else stopped) for host in hosts
+                if host in errors or host not in started)
 
 
 # ---- the fleet plan ------------------------------------------------------------------------------

@@ -15,8 +15,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_pla
     batch_sizes,
     fleet_plan,
     instances_text,
+    play_serial,
     progress,
+    real_run_stop,
     rollout_settings,
+    unfinished,
 )
 
 
@@ -78,10 +81,47 @@ def test_progress_counts_batches_hosts_failures_and_budget():
     assert '1 failed (c)' in second['line']
     spent = progress(HOSTS, ['c', 'd'], settings, ['c', 'd'])
     assert spent['over_budget'] and spent['line'].endswith('failure budget spent: the rollout stops here')
-    dry = progress(HOSTS, ['c', 'd'], settings, ['c', 'd'], check_mode=True)
-    assert dry['line'].endswith('spent (check mode: a real run would stop here)')
     last = progress(HOSTS, ['e', 'f'], settings, ['c', 'd'])
     assert (last['batch'], last['done']) == (3, 6) and last['line'].endswith('failure budget spent')
+
+
+def test_check_mode_is_one_batch_of_every_host():
+    """A dry run is not cut into the change batches: the play's serial is every host, whatever mig_layout_serial."""
+    for serial in (1, 2, '25%', [1, 5, '10%']):
+        assert play_serial(serial, check_mode=True) == '100%'
+        assert batch_sizes(play_serial(serial, check_mode=True), 1000) == [1000]
+        assert play_serial(serial, check_mode=False) == serial
+    dry = progress(HOSTS, HOSTS, rollout_settings(2, 0), [], check_mode=True)
+    assert (dry['batch'], dry['batches'], dry['done']) == (1, 1, 6)
+    assert dry['line'].startswith('batch 1 of 1: 6 of 6 host(s) done, 0 failed; failure budget left: 0 more')
+
+
+@pytest.mark.parametrize('failed, stop', [(['c', 'd'], 2), (['a', 'b'], 1), (['e', 'f'], None), (['b', 'e'], None),
+                                          (['a', 'c', 'e'], 2)])
+def test_a_dry_run_says_after_which_batch_a_real_run_would_stop(failed, stop):
+    """Serial 2 and budget 25% over 6 hosts allow 1 failure: a real run stops after the first batch that leaves 2."""
+    settings = rollout_settings(2, '25%')
+    assert real_run_stop(HOSTS, settings, failed) == stop
+    line = progress(HOSTS, HOSTS, settings, failed, check_mode=True)['line']
+    if stop:
+        assert line.endswith('failure budget spent (check mode: a real run with mig_layout_serial=2 would stop after '
+                             'batch %d of 3)' % stop)
+    else:
+        assert line.endswith('failure budget spent')
+
+
+def test_the_hosts_a_run_fails_and_why():
+    settings = rollout_settings(2, 0)
+    assert unfinished(HOSTS, HOSTS, {}, settings, 'MIG layout nighttime') == {}
+    # c failed in the second batch; the rollout stopped before e and f.
+    failing = unfinished(HOSTS, ['a', 'b', 'c', 'd'], {'c': 'MIG layout nighttime was not applied on c: NVML error'},
+                         settings, 'MIG layout nighttime')
+    stopped = ('Not changed: the rollout of MIG layout nighttime stopped before this host because 1 of 6 host(s) failed, '
+               'more than mig_layout_max_fail_percentage=0 percent allows: c: MIG layout nighttime was not applied on c: '
+               'NVML error.')
+    assert failing == {'c': 'MIG layout nighttime was not applied on c: NVML error', 'e': stopped, 'f': stopped}
+    # a lost host that the rollout reached fails with its own reason only
+    assert unfinished(['a', 'b'], ['a', 'b'], {'b': 'lost'}, settings, 'the MIG repack') == {'b': 'lost'}
 
 
 def test_progress_with_percentage_batches():

@@ -1,0 +1,179 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The compact summary nvidia_mig_facts computes on the host for the report and the fleet map: the map drawn from
+it is the map drawn from the whole facts, it carries nothing the map does not read, and the report's lines and
+figures come from it; a sliced report's parts merge into one fleet."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import (
+    mig_fleet_map,
+    mig_report_merge,
+    mig_report_part,
+    mig_report_records,
+    mig_report_totals,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import (
+    MapInputError,
+    gpu_summary,
+    host_summary,
+    view_of_summary,
+)
+from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
+
+from .fleet_samples import host_gpus, large_fleet, sample_fleet, simulated_gpu
+
+GENERATED = 'generated 2026-12-04 00:00:00 UTC'
+SUMMARY_KEYS = ['allocated_to', 'figures', 'gpu_instances', 'in_layout', 'index', 'mig_capable', 'mig_mode', 'name',
+                'processes', 'ranks', 'slices', 'total_slices', 'uuid']
+
+
+def summarised(fleet):
+    """The fleet's records as playbooks/mig_report.yml hands them to the map: each host's summary, via JSON."""
+    return [{'host': record['host'], 'summary': json.loads(json.dumps(host_summary(record['layout'], record['gpus'])))}
+            for record in fleet]
+
+
+def test_the_map_from_the_summaries_is_the_map_from_the_whole_facts():
+    fleet = sample_fleet()
+    assert mig_fleet_map(summarised(fleet), 'MIG fleet map', GENERATED) == mig_fleet_map(fleet, 'MIG fleet map', GENERATED)
+    # with a planned change too, and a host whose facts could not be read
+    plan = {'layout': 'nighttime', 'gpus': [{'index': 0, 'in_layout': False, 'after': [], 'destroyed_instances': [],
+                                             'pods_to_evict': []}]}
+    failed = {'host': 'gpu-lost', 'failed': 'unreachable'}
+    full = [dict(fleet[2], plan=plan), failed]
+    compact = [dict(summarised([fleet[2]])[0], plan=plan), failed]
+    assert mig_fleet_map(compact) == mig_fleet_map(full)
+
+
+def test_the_summary_carries_what_the_map_reads_and_nothing_more():
+    gpus = host_gpus([simulated_gpu('A100-SXM4-80GB', [('1g.10gb', 0, []), ('1g.10gb', 3, [4200]), ('3g.40gb', 4, [])]),
+                      simulated_gpu('A100-SXM4-80GB', mig='disabled', pending='enabled', pids=[77]),
+                      simulated_gpu('L40S', mig='disabled')], in_layout={0: True, 1: False},
+                     allocations={(0, 0): ['team-a/notebook-1']})
+    first, disabled, whole = [gpu_summary(gpu) for gpu in gpus]
+    for summary in (first, disabled, whole):
+        assert sorted(summary) == SUMMARY_KEYS
+    # no profiles, placements, compute profiles, per-process memory or PCI ids: the map computes nothing from them
+    assert 'profiles' not in json.dumps(first) and 'placements' not in json.dumps(first)
+    assert first['slices'] == [0, 'free', 'free', 1, 2, 2, 2, 2]
+    assert first['figures'] == {'free_slices': 2, 'stranded_slices': 0, 'largest_placeable': '1g.10gb', 'fragmentation': 0.5,
+                                'repacked_largest_placeable': '2g.20gb'}
+    # the order of the profiles the figures name, to sort a model's largest placeable profiles
+    assert first['ranks'] == {'1g.10gb': [1, 1, 9728, True, '1g.10gb'], '2g.20gb': [2, 2, 19968, True, '2g.20gb']}
+    assert [(gi['profile'], gi['start'], gi['size'], gi['pids'], gi['busy'], gi['allocated_to']) for gi in first['gpu_instances']] == [
+        ('1g.10gb', 0, 1, [], False, ['team-a/notebook-1']), ('1g.10gb', 3, 1, [4200], True, []),
+        ('3g.40gb', 4, 4, [], False, [])]
+    assert (disabled['mig_mode'], disabled['figures'], disabled['slices'], disabled['processes']) == (
+        {'current': 'disabled', 'pending': 'enabled'}, None, [], [77])
+    assert (whole['mig_capable'], whole['mig_mode']['current'], whole['in_layout']) == (False, 'unsupported', None)
+
+
+def values(data):
+    """How many values ansible-core walks in a result: every dict, list and scalar."""
+    if isinstance(data, dict):
+        return 1 + sum(values(value) for value in data.values())
+    if isinstance(data, list):
+        return 1 + sum(values(value) for value in data)
+    return 1
+
+
+def test_a_host_summary_is_a_fraction_of_its_facts_and_a_few_values():
+    """The point of the summary: 1000 hosts x 8 GPUs of facts (91 MB) must not travel through the controller, and
+    ansible-core's cost is per value: the GPUs travel as one JSON text, the report's lines and figures beside it."""
+    host = large_fleet(hosts=1)[0]
+    summary = host_summary(host['layout'], host['gpus'])
+    assert len(json.dumps(summary)) * 4 < len(json.dumps(host['gpus']))
+    assert values(summary) < 30 < 2000 < values(host['gpus'])
+    assert json.loads(summary['map']) == [gpu_summary(gpu) for gpu in host['gpus']]
+    assert mig_fleet_map([{'host': 'h', 'summary': summary}]) == mig_fleet_map(
+        [{'host': 'h', 'summary': {'layout': 'daytime', 'gpus': json.loads(summary['map'])}}])
+    with pytest.raises(AnsibleFilterError, match='^mig_fleet_map: host h summary: map is not the JSON of the GPU summaries'):
+        mig_fleet_map([{'host': 'h', 'summary': dict(summary, map='[{')}])
+
+
+def test_the_report_lines_and_totals():
+    gpus = host_gpus([simulated_gpu('A100-SXM4-80GB', [('1g.10gb', 0, []), ('1g.10gb', 3, [4200]), ('1g.10gb', 6, [])]),
+                      simulated_gpu('A100-SXM4-80GB', mig='disabled', pending='enabled'),
+                      simulated_gpu('A30', [('1g.6gb', start, []) for start in range(4)]),
+                      simulated_gpu('L40S', mig='disabled')], in_layout={0: False, 1: None, 2: True})
+    summary = host_summary('daytime', gpus)
+    assert summary['layout'] == 'daytime'
+    assert summary['lines'] == [
+        'GPU 0 A100-SXM4-80GB: MIG enabled, 3x1g.10gb; 5 free slice(s), largest placeable 2g.20gb, 1 stranded, '
+        'fragmentation 0.50, busy, NOT in layout',
+        'GPU 1 A100-SXM4-80GB: MIG disabled (pending enabled) (profiles and free space known once MIG is enabled)',
+        'GPU 2 A30: MIG enabled, 4x1g.6gb; 0 free slice(s), largest placeable -, 0 stranded, fragmentation 0.00, in layout',
+        'GPU 3 L40S: no MIG',
+    ]
+    assert summary['totals'] == {'gpus': 4, 'mig_enabled': 2, 'out_of_layout': 1, 'instances': 7, 'free_slices': 5,
+                                 'stranded_slices': 1, 'busy_gpus': 1}
+
+
+@pytest.mark.parametrize('change, message', [
+    (lambda gpu: gpu.update(slices=gpu['slices'][:-1]), 'host h GPU 0: slices must give each of the 8 memory slices'),
+    (lambda gpu: gpu['slices'].__setitem__(0, 9), 'host h GPU 0: slices must give each of the 8 memory slices'),
+    (lambda gpu: gpu['gpu_instances'][0].update(start=7, size=4), 'host h GPU 0 GPU instance [0-9]+: slices 7 to 10 are not'),
+    (lambda gpu: gpu['mig_mode'].update(current='on'), 'host h GPU 0: mig_mode.current must be enabled or disabled'),
+    (lambda gpu: gpu['figures'].pop('fragmentation'), 'host h GPU 0: figures must have free_slices'),
+    (lambda gpu: gpu.pop('total_slices'), 'host h GPU 0: missing total_slices'),
+])
+def test_a_malformed_summary_is_refused_naming_the_host_and_the_gpu(change, message):
+    gpu = gpu_summary(host_gpus([simulated_gpu('A100-SXM4-80GB', [('1g.10gb', s, []) for s in range(7)])])[0])
+    view_of_summary(json.loads(json.dumps(gpu)), 'h')
+    change(gpu)
+    with pytest.raises(MapInputError, match='^' + message):
+        view_of_summary(gpu, 'h')
+    with pytest.raises(AnsibleFilterError, match='^mig_fleet_map: ' + message):
+        mig_fleet_map([{'host': 'h', 'summary': {'layout': None, 'gpus': [gpu]}}])
+
+
+def test_nvidia_mig_facts_returns_the_summary_instead_of_the_facts(simulated_host, run_module):
+    simulated_host([{'model': 'A30', 'mig': {'current': 'enabled', 'pending': 'enabled'},
+                     'gpu_instances': [{'profile': '2g.12gb', 'start': 0, 'compute_instances': [{'profile': '2g.12gb', 'start': 0}]}]}])
+    result, failed = run_module(nvidia_mig_facts.main, {'summary': True})
+    assert not failed, result
+    assert 'ansible_facts' not in result
+    facts, failed = run_module(nvidia_mig_facts.main, {})
+    assert result['summary'] == host_summary(None, facts['ansible_facts']['nvidia_mig']['gpus'], 'this host')
+    assert result['summary']['lines'] == ['GPU 0 A30: MIG enabled, 1x2g.12gb; 2 free slice(s), largest placeable 2g.12gb, '
+                                          '0 stranded, fragmentation 0.00']
+
+
+class Hostvars(dict):
+    """hostvars as a filter sees them: host -> its variables."""
+
+
+def test_records_of_a_job_and_a_sliced_jobs_parts_merged():
+    fleet = summarised(sample_fleet())
+    hostvars = Hostvars((record['host'], {'mig_report_host': {'changed': False, 'summary': record['summary']}})
+                        for record in fleet)
+    hostvars['gpu-lost'] = {'mig_report_failed': 'unreachable'}
+    hostvars['not-a-gpu-host'] = {}
+    hosts = sorted(hostvars)
+    records = mig_report_records(hosts, hostvars)
+    assert [r['host'] for r in records] == sorted(r['host'] for r in fleet + [{'host': 'gpu-lost'}])
+    assert [r for r in records if r['host'] == 'gpu-lost'] == [{'host': 'gpu-lost', 'failed': 'unreachable'}]
+    line = mig_report_totals(records)
+    assert line.startswith('6 host(s), 9 GPU(s), 7 with MIG enabled, 2 not in their declared layout, 19 GPU instance(s), ')
+    assert line.endswith('layouts: daytime, nighttime, none')
+    # Two slices publish their parts (a relaunched slice reports a host again: the later job's record wins).
+    first = mig_report_part(records[:3], 41)
+    second = mig_report_part(records[2:], 42)
+    assert list(first) == ['mig_report_part_41']
+    stale = dict(records[2], failed='old')
+    merged = mig_report_merge(dict(mig_report_part([stale], 40), **dict(first, **second)))
+    assert merged == sorted(records, key=lambda r: r['host'])
+    assert mig_report_totals(merged) == line
+    assert mig_fleet_map(merged, 'MIG fleet map', GENERATED) == mig_fleet_map(records, 'MIG fleet map', GENERATED)
+    with pytest.raises(AnsibleFilterError, match='mig_report_part_43 must be the list of host records'):
+        mig_report_merge({'mig_report_part_43': 'x'})
