@@ -40,7 +40,7 @@ options:
         M(gpufleet.mig.nvidia_mig_facts) writes them.
       - GPUs that are not MIG-capable and GPUs with MIG disabled (whose C(profiles) may be empty) are shown as such.
       - Instead of C(layout) and C(gpus), a record may carry C(summary), the RV(gpufleet.mig.nvidia_mig_facts#module:summary)
-        the host computed (O(gpufleet.mig.nvidia_mig_facts#module:summary=true)): its GPUs are drawn as they are,
+        the host computed (O(gpufleet.mig.nvidia_mig_facts#module:summary=true)); its GPUs are drawn as they are,
         without recomputing them, so a fleet's whole facts need not reach the controller (C(playbooks/mig_report.yml)
         does so).
       - A record may carry C(failed), a reason, instead of C(gpus) for a host whose facts could not be read.

@@ -151,7 +151,6 @@ RENAMED_VARIABLES = {
     'mig_layout_manage_systemd': 'mig_layout_systemd',
     'mig_layout_other_owner_services': 'mig_layout_other_owner_units',
 }
-RENAMED_REMOVED_IN = '1.0.0'
 
 
 def renamed_variable_warning(old_name):
@@ -169,7 +168,8 @@ def mig_layout_renamed(value, old_name, old_value=None):
     message = renamed_variable_warning(old_name)
     if old_value is None:
         return value
-    Display().deprecated(message, version=RENAMED_REMOVED_IN, collection_name='gpufleet.mig')
+    # The renamed variables go in 1.0.0 (roles/mig_layout/meta/argument_specs.yml says so too).
+    Display().deprecated(message, version='1.0.0', collection_name='gpufleet.mig')
     return old_value
 
 

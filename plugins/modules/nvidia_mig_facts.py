@@ -35,7 +35,7 @@ options:
   summary:
     description:
       - Return only RV(summary), what C(playbooks/mig_report.yml) and the fleet map (P(gpufleet.mig.mig_fleet_map#filter))
-        need of each GPU, computed here on the host, instead of the facts: no RV(ansible_facts.nvidia_mig) is set.
+        need of each GPU, computed here on the host, instead of the facts (no RV(ansible_facts.nvidia_mig) is set).
       - A few KB per host instead of every profile with its placements and compute profiles, so that a fleet's report
         does not carry the whole facts of every host through the controller.
     type: bool
@@ -90,7 +90,7 @@ summary:
     - What the report and the fleet map need of the host, computed from the same facts.
     - C(layout), the declared layout or null; C(lines), the report's line per GPU; C(totals) (C(gpus), C(mig_enabled),
       C(out_of_layout), C(instances), C(free_slices), C(stranded_slices), C(busy_gpus)); C(map), the GPUs as the map
-      draws them, as one JSON text (one value per host: ansible-core handles every value of a result several times).
+      draws them, as one JSON text (one value per host, since ansible-core handles every value of a result several times).
     - C(map) is a list, per GPU C(index), C(uuid), C(name), C(mig_capable), C(mig_mode) (C(current), C(pending);
       V(unsupported) without MIG), C(in_layout), C(processes) (pids), C(allocated_to), C(total_slices), C(slices) (per
       memory slice V(free), V(stranded), V(unusable) or the position in C(gpu_instances) of the instance covering it),

@@ -116,7 +116,7 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
         assert jt['playbook'] == 'playbooks/mig_layout.yml'
         assert json.loads(jt['extra_vars']) == {'mig_layout_name': layout, 'mig_layout_serial': '25%',
                                                 'mig_layout_max_fail_percentage': 25}
-        assert (jt['job_slice_count'], jt['allow_simultaneous']) == (1, False)
+        assert (jt['job_slice_count'], jt['allow_simultaneous'], jt['use_fact_cache']) == (1, False, True)
         assert credential_names(fake, 'job_templates', jt) == ['GPU hosts - SSH', 'Fleet vault']
     repack = templates[defaults['awx_repack_template_name']]
     assert repack['playbook'] == 'playbooks/mig_repack.yml'
@@ -124,13 +124,13 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
         'mig_layout_serial': '25%', 'mig_layout_max_fail_percentage': 25,
         'mig_layout_repack_fragmentation_above': defaults['awx_repack_fragmentation_above'],
         'mig_layout_repack_stranded_above': defaults['awx_repack_stranded_above']}
-    assert (repack['job_slice_count'], repack['allow_simultaneous']) == (1, False)
+    assert (repack['job_slice_count'], repack['allow_simultaneous'], repack['use_fact_cache']) == (1, False, True)
     assert credential_names(fake, 'job_templates', repack) == ['GPU hosts - SSH', 'Fleet vault']
     demand = templates[defaults['awx_demand_template_name']]
     assert demand['playbook'] == 'playbooks/mig_demand.yml'
     assert json.loads(demand['extra_vars']) == {'mig_layout_serial': '25%', 'mig_layout_max_fail_percentage': 25,
                                                 'mig_demand_policy': {}}
-    assert (demand['job_slice_count'], demand['allow_simultaneous']) == (1, False)
+    assert (demand['job_slice_count'], demand['allow_simultaneous'], demand['use_fact_cache']) == (1, False, True)
     assert credential_names(fake, 'job_templates', demand) == ['GPU hosts - SSH', 'Fleet vault']
     report = templates['MIG report']
     assert (report['playbook'], report['job_slice_count']) == ('playbooks/mig_report.yml', 8)

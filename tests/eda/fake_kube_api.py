@@ -202,9 +202,8 @@ class FakeKubeAPI(object):
                 api.requests.append(query)
                 api.paths.append(parsed.path)
                 with api.cond:
-                    failure = api.failures.pop(0) if api.failures else None
-                if failure:
-                    status, headers = failure
+                    status, headers = api.failures.pop(0) if api.failures else (None, None)
+                if status:
                     return self._send_json(status, _status(status, REASONS.get(status, 'Failure'), 'injected'), headers)
                 if self.headers.get('Authorization') != 'Bearer ' + api.token:
                     return self._send_json(401, _status(401, 'Unauthorized', 'Unauthorized'))

@@ -203,8 +203,8 @@ class BudgetGroup:
             if budget.sync_failed:
                 why = ' (its controller cannot compute it: condition DisruptionAllowed=False, reason SyncFailed: %s)' % budget.sync_failed
             return ('PodDisruptionBudget %s allows %d disruption(s) now (status.disruptionsAllowed%s), fewer than the %s; '
-                    'evicting them one by one would stop after %d' % (budget.key, budget.disruptions_allowed, why, named,
-                                                                     budget.disruptions_allowed))
+                    'evicting them one by one would stop after %d'
+                    % (budget.key, budget.disruptions_allowed, why, named, budget.disruptions_allowed))
         return None
 
     def as_dict(self):

@@ -264,4 +264,3 @@ def _read_back(client, target, deadline, clock, sleep, delay):
         if _is_gone(target, pod):
             return True, 'it is evicted (gone, or being deleted)'
         return False, 'it still runs: not evicted'
-

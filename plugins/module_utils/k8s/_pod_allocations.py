@@ -68,6 +68,7 @@ def _gpu_shaped(device_id):
 # deviceinfo.go of earlier releases) or 'gpu-<minor>-mig-<profile name without dots>-<GI profile id>-<placement
 # start>' (MigSpecTuple.ToCanonicalName of later ones), e.g. 'gpu-2-mig-1g24gb-19-0'. Its CDI devices are
 # 'k8s.gpu.nvidia.com/device=<that name>' and 'k8s.gpu.nvidia.com/claim=<claim uid>-<that name>' (cdi.go).
+
 _DRA_WHOLE_GPU = re.compile(r'^gpu-(?P<minor>[0-9]+)\Z')
 _DRA_MIG_OLD = re.compile(r'^gpu-(?P<minor>[0-9]+)-mig-(?P<profile_id>[0-9]+)-(?P<start>[0-9]+)-[0-9]+\Z')
 _DRA_MIG = re.compile(r'^gpu-(?P<minor>[0-9]+)-mig-[a-z0-9-]*[a-z][a-z0-9-]*-(?P<profile_id>[0-9]+)-(?P<start>[0-9]+)\Z')

@@ -29,8 +29,7 @@ def _tasks(tasks):
     for task in tasks or []:
         yield task
         for section in ('block', 'rescue', 'always'):
-            for inner in _tasks(task.get(section)):
-                yield inner
+            yield from _tasks(task.get(section))
 
 
 def _all_tasks():

@@ -187,7 +187,10 @@ def test_the_lease_api_reads_none_for_404_and_writes_with_the_read_resource_vers
 def test_a_conflict_is_a_lost_race_and_other_refusals_are_raised():
     assert not module.LeaseApi(CoordinationApi(conflict=True), 'ml', 'l').write(None, {})
     api = CoordinationApi()
-    api.create_namespaced_lease = lambda namespace, body: (_ for _ in ()).throw(ApiException(status=403, reason='Forbidden'))
+
+    def forbidden(namespace, body):
+        raise ApiException(status=403, reason='Forbidden')
+    api.create_namespaced_lease = forbidden
     with pytest.raises(ApiException):
         module.LeaseApi(api, 'ml', 'l').write(None, {})
 

@@ -75,7 +75,9 @@ def test_an_eviction_is_posted_with_the_uid_as_precondition_and_dry_run_only_whe
     evictions = client([])
     assert evictions.evict(Target('ml', 'a', 'u-a'), True) == Answer(201)
     assert evictions.evict(Target('ml', 'b'), False) == Answer(201)
-    (_, ns, name, body, kwargs), (_, _, _, body_b, kwargs_b) = evictions.core.calls
+    (first, second) = evictions.core.calls
+    ns, name, body, kwargs = first[1:]
+    body_b, kwargs_b = second[3:]
     assert (ns, name, body.metadata.name, body.metadata.namespace, body.delete_options.preconditions.uid, kwargs) == (
         'ml', 'a', 'a', 'ml', 'u-a', {'dry_run': 'All'})
     assert body_b.delete_options.preconditions is None and kwargs_b == {}
@@ -86,8 +88,8 @@ def test_the_api_servers_answers_become_answers():
                                     ('c', 'real'): [api_exception(500, None)], ('d', 'real'): [MaxRetryError(None, '/x', 'refused')],
                                     ('e', 'real'): [OSError('connection reset')]})
     refused = evictions.evict(Target('ml', 'a'), False)
-    assert refused == Answer(429, PDB_BODY['message'], (('DisruptionBudget', 'The disruption budget web needs 1 healthy pods '
-                                                                              'and has 1 currently'),))
+    assert refused == Answer(429, PDB_BODY['message'],
+                             (('DisruptionBudget', 'The disruption budget web needs 1 healthy pods and has 1 currently'),))
     assert not refused.allowed
     gone = evictions.evict(Target('ml', 'b'), False)
     assert (gone.status, gone.allowed) == (404, True)
