@@ -193,8 +193,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     print('playbooks/mig_report.yml, %d canned hosts x %d GPUs, forks from ansible.cfg, %d run(s) each:' % (
         args.hosts, args.gpus, args.repeats))
-    print('%-28s %6s %9s %9s %9s %9s %9s %7s' % ('report', 'GPUs', 'sent MB', 'wall s', 'peak MB', 'map MB', 'ping s',
-                                                  'ratio'))
+    columns = ('report', 'GPUs', 'sent MB', 'wall s', 'peak MB', 'map MB', 'ping s', 'ratio')
+    print('%-28s %6s %9s %9s %9s %9s %9s %7s' % columns)
     runs = {'summary (this checkout)': bench('summary (this checkout)', args.hosts, args.gpus, args.repeats, False)}
     if args.baseline:
         label = 'whole facts (%s)' % args.baseline[:10]

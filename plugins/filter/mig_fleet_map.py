@@ -498,8 +498,7 @@ def _host_view(record, position):
     indexes = [v['index'] for v in views]
     if len(set(indexes)) != len(indexes):
         raise MapInputError('host %s: GPU indexes repeat: %s' % (host, indexes))
-    plan = require(record, 'plan', (dict,), where, 'a dict {layout, gpus} (nvidia_mig_layout with apply=false)',
-                    optional=True)
+    plan = require(record, 'plan', (dict,), where, 'a dict {layout, gpus} (nvidia_mig_layout with apply=false)', optional=True)
     if plan is not None:
         _attach_plan(views, plan, where)
     return {'host': host, 'layout': layout, 'failed': failed, 'gpus': views,

@@ -15,8 +15,9 @@ its own lease at any time, keeping acquireTime and leaseTransitions; taking it f
 One departure, because a playbook run is not a process that watches the lease for long: a run that waits less
 than the lease's duration would never see a dead holder's lease expire, so a lease whose renewTime lies more than
 its duration plus CLOCK_SKEW_SECONDS in the past by this run's wall clock counts as expired too. Releasing
-(leaderelection.go, release) leaves the holder empty and the duration 1 s, so that anyone takes it at once. Writes carry the read resourceVersion: of two runs racing for
-the same lease, the API server lets one update through and answers the other 409 Conflict.
+(leaderelection.go, release) leaves the holder empty and the duration 1 s, so that anyone takes it at once.
+Writes carry the read resourceVersion: of two runs racing for the same lease, the API server lets one update
+through and answers the other 409 Conflict.
 
 Pure Python, no Ansible imports: the decisions below take the Lease as the API server returns it and the clocks.
 """

@@ -62,13 +62,13 @@ def _gpu_shaped(device_id):
     bare = strip_replica(device_id)
     return bool(_UUID_ID.match(bare) or _INDEX_ID.match(bare) or _GPU_INDEX_ID.match(bare))
 
+
 # NVIDIA's DRA driver (NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin) names its devices after the GPU's
 # minor number (/dev/nvidia<minor>, not the NVML index): a whole GPU 'gpu-<minor>' (GpuInfo.CanonicalName), a
 # MIG device 'gpu-<minor>-mig-<GI profile id>-<placement start>-<placement size>' (MigDeviceInfo.CanonicalName in
 # deviceinfo.go of earlier releases) or 'gpu-<minor>-mig-<profile name without dots>-<GI profile id>-<placement
 # start>' (MigSpecTuple.ToCanonicalName of later ones), e.g. 'gpu-2-mig-1g24gb-19-0'. Its CDI devices are
 # 'k8s.gpu.nvidia.com/device=<that name>' and 'k8s.gpu.nvidia.com/claim=<claim uid>-<that name>' (cdi.go).
-
 _DRA_WHOLE_GPU = re.compile(r'^gpu-(?P<minor>[0-9]+)\Z')
 _DRA_MIG_OLD = re.compile(r'^gpu-(?P<minor>[0-9]+)-mig-(?P<profile_id>[0-9]+)-(?P<start>[0-9]+)-[0-9]+\Z')
 _DRA_MIG = re.compile(r'^gpu-(?P<minor>[0-9]+)-mig-[a-z0-9-]*[a-z][a-z0-9-]*-(?P<profile_id>[0-9]+)-(?P<start>[0-9]+)\Z')

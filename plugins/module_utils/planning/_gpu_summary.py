@@ -255,8 +255,8 @@ def _summary_instance(raw, total, where):
         'profile': require(raw, 'profile', (str,), where, 'a profile name'),
         'start': start,
         'size': size,
-        'compute_instances': sorted(str(name) for name in require(raw, 'compute_instances', (list,), where, 'a list',
-                                                                   optional=True) or []),
+        'compute_instances': sorted(str(name) for name in
+                                    require(raw, 'compute_instances', (list,), where, 'a list', optional=True) or []),
         'pids': sorted(pids),
         'busy': bool(pids) or raw.get('busy') is True,
         'allocated_to': allocations(raw, where),
