@@ -1,0 +1,263 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The layout advisor (planning/_layout_advisor): switches bounded, layouts that fit, gains against the current
+catalog, ties toward fewer switches, the switch's cost, and the demand and catalog it reads and writes."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _layout_advisor as advisor
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, best_rearrangement
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
+
+ROOT = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..')
+A100 = 'A100-SXM4-80GB'
+SEVEN = 'nvidia.com/mig-7g.80gb'
+ONE = 'nvidia.com/mig-1g.10gb'
+
+
+@pytest.fixture(scope='module')
+def shipped():
+    with open(os.path.join(ROOT, 'roles', 'mig_layout', 'files', 'catalog.yml')) as handle:
+        return validate_document(yaml.safe_load(handle))
+
+
+def a100(gpus=1, hosts=1):
+    return advisor.ModelFleet(A100, model_gpu(A100), hosts, gpus)
+
+
+def demand(by_hour, days=3):
+    """{hour: {resource: devices}} the same every day -> Demand."""
+    resources = set(r for wanted in by_hour.values() for r in wanted)
+    return advisor.Demand(days, dict((r, tuple(tuple(by_hour.get(h, {}).get(r, 0.0) for h in range(24)) for dummy in range(days)))
+                                     for r in resources))
+
+
+def alternating(phases):
+    """``phases`` blocks of 24/phases hours, asking by turns for one 7g and for seven 1g."""
+    length = 24 // phases
+    return demand(dict((h, {SEVEN: 1.0} if (h // length) % 2 == 0 else {ONE: 7.0}) for h in range(24)))
+
+
+# ---- switches a day ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('limit', [0, 1, 2, 3, 4])
+def test_never_more_switches_a_day_than_allowed(shipped, limit):
+    advice = advisor.advise(alternating(4), [a100()], shipped, ((0, 'all-balanced'),), max_switches=limit)
+    model = advice.models[0]
+    assert model.switches <= limit
+    # a daily cycle needs two switches: one is never used, four are when four phases ask for them
+    assert model.switches == {0: 0, 1: 0, 2: 2, 3: 2, 4: 4}[limit]
+    assert len(model.periods) == max(1, model.switches)
+
+
+def test_more_switches_place_more_when_demand_alternates(shipped):
+    placed = [sum(advisor.advise(alternating(4), [a100()], shipped, ((0, 'all-balanced'),), max_switches=n).models[0].placed_by_day)
+              for n in (0, 2, 4)]
+    assert placed[0] < placed[1] < placed[2]
+
+
+# ---- the layouts: the model's geometry -------------------------------------------------------------------------------
+
+def test_gpu_layouts_are_the_maximal_ones_that_fit():
+    catalog = Catalog.from_data(model_gpu(A100).profiles)
+    layouts = advisor.gpu_layouts(catalog, {'7g.80gb', '1g.10gb', '3g.40gb'})
+    assert layouts == [(('1g.10gb', 4), ('3g.40gb', 1)), (('1g.10gb', 7),), (('3g.40gb', 2),), (('7g.80gb', 1),)]
+    for layout in layouts:
+        names = [p for p, n in layout for dummy in range(n)]
+        assert best_rearrangement(catalog, names) is not None
+        # maximal: no wanted profile fits beside it
+        assert all(best_rearrangement(catalog, names + [extra]) is None for extra in ('7g.80gb', '1g.10gb', '3g.40gb'))
+        assert all(n <= catalog.get(p).max_count for p, n in layout)
+    assert (('7g.80gb', 1),) in layouts and (('1g.10gb', 7),) in layouts
+    # a 7g beside anything, or eight 1g, do not fit
+    assert not any(dict(lay).get('7g.80gb') and len(lay) > 1 for lay in layouts)
+    assert not any(dict(lay).get('1g.10gb', 0) > 7 for lay in layouts)
+
+
+def test_only_profiles_with_demand_are_laid_out():
+    catalog = Catalog.from_data(model_gpu(A100).profiles)
+    assert advisor.gpu_layouts(catalog, {'2g.20gb'}) == [(('2g.20gb', 3),)]
+    assert advisor.gpu_layouts(catalog, set()) == []
+
+
+def test_whole_gpu_demand_gets_a_gpu_without_mig(shipped):
+    advice = advisor.advise(demand(dict((h, {'nvidia.com/gpu': 1.0}) for h in range(24))), [a100(gpus=2)], shipped,
+                            ((0, 'all-balanced'),))
+    slots = advice.models[0].periods[0][1].slots
+    assert ((advisor.MIG_DISABLED, 1),) in slots
+    entries = advice.configs()['advised-0000']
+    assert any(e['mig-enabled'] is False for e in entries)
+
+
+# ---- gains against the current catalog ----------------------------------------------------------------------------------
+
+def test_gain_is_counted_against_the_current_catalog(shipped):
+    wanted = demand(dict((h, {SEVEN: 1.0}) for h in range(24)), days=2)
+    model = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),)).models[0]
+    assert model.current_by_day == (0.0, 0.0)      # all-balanced offers no 7g
+    assert model.placed_by_day == (24.0, 24.0)
+    assert model.gains() == [24.0, 24.0]
+    assert model.as_dict()['gain_by_day'] == {'min': 24.0, 'median': 24.0, 'max': 24.0}
+    assert 'nvidia.com/mig-7g.80gb' in model.reasons[0] and '+24.0/+24.0/+24.0' in model.reasons[0]
+
+
+def test_current_day_night_schedule_is_the_baseline(shipped):
+    # daytime is 7x1g: a day/night schedule that already serves a 1g-only demand leaves nothing to gain
+    wanted = demand(dict((h, {ONE: 7.0}) for h in range(8, 20)))
+    model = advisor.advise(wanted, [a100()], shipped, ((8, 'daytime'), (20, 'nighttime'))).models[0]
+    assert model.current_by_day == (84.0, 84.0, 84.0)
+    assert model.gains() == [0.0, 0.0, 0.0]
+
+
+def test_never_worse_than_the_current_catalog(shipped):
+    for phases in (2, 4, 6):
+        model = advisor.advise(alternating(phases), [a100(gpus=2)], shipped, ((0, 'all-balanced'),), switch_seconds=600).models[0]
+        assert all(g >= -1e-9 for g in model.gains())
+
+
+# ---- ties: fewer switches, then the current layout -----------------------------------------------------------------------
+
+def test_equal_placements_keep_the_current_layout_without_switches(shipped):
+    # all-balanced serves two 1g and a 3g: nothing to win, so nothing changes
+    wanted = demand(dict((h, {ONE: 2.0} if h < 12 else {'nvidia.com/mig-3g.40gb': 1.0}) for h in range(24)))
+    model = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),)).models[0]
+    assert model.switches == 0
+    assert model.periods[0][1].source == 'all-balanced'
+
+
+def test_a_switch_that_gains_nothing_is_not_made(shipped):
+    wanted = demand(dict((h, {SEVEN: 1.0}) for h in range(24)))
+    model = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),), max_switches=4).models[0]
+    assert model.switches == 0 and len(model.periods) == 1
+
+
+# ---- the switch's cost ------------------------------------------------------------------------------------------------------
+
+def test_during_a_switch_only_the_shared_instances_serve():
+    before = {ONE: 7, SEVEN: 0}
+    after = {ONE: 3, 'nvidia.com/mig-3g.40gb': 1}
+    requested = {ONE: 4.0, 'nvidia.com/mig-3g.40gb': 1.0}
+    assert advisor.switch_hour_placed(requested, before, after, 0.0) == 4.0
+    assert advisor.switch_hour_placed(requested, before, after, 1.0) == 3.0     # the three 1g both have
+    assert advisor.switch_hour_placed(requested, before, after, 0.25) == pytest.approx(0.25 * 3 + 0.75 * 4)
+
+
+def test_a_short_spike_is_not_worth_a_slow_switch(shipped):
+    # one hour of a 7g in a day of 1g: with a switch of a whole hour each way it can only lose
+    wanted = demand(dict((h, {SEVEN: 1.0} if h == 12 else {ONE: 2.0}) for h in range(24)))
+    fast = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),), switch_seconds=0).models[0]
+    slow = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),), switch_seconds=3600).models[0]
+    assert fast.switches == 2 and slow.switches == 0
+
+
+def test_the_schedule_s_value_is_what_the_days_place():
+    # the dynamic programme's own sum, switch hours included, is what day_placed counts for the schedule it chose
+    fleet = a100(gpus=1)
+    seven = advisor.FleetLayout(((('7g.80gb', 1),),))
+    mixed = advisor.FleetLayout(((('1g.10gb', 4), ('3g.40gb', 1)),))
+    split = advisor._split_demand(alternating(4), [fleet])[A100]
+    for fraction in (0.0, 0.5, 1.0):
+        value, switches, hourly = advisor._best_schedule([mixed, seven], split, fleet, fraction, 4)
+        assert switches == 4
+        assert value == pytest.approx(sum(advisor.day_placed(split, [[mixed, seven][k] for k in hourly], fleet, fraction)))
+    # a whole-hour switch between 7g and four 1g keeps nothing: it places nothing that hour, so both switches of a
+    # 7g block are made in its own first and last hours (it loses 2 of 6 devices) and the 1g blocks lose nothing
+    value, dummy, dummy2 = advisor._best_schedule([mixed, seven], split, fleet, 1.0, 4)
+    assert value == pytest.approx(3 * (2 * 4 * 1.0 + 2 * 6 * 4.0))
+    # between four 1g + a 3g and seven 1g, the four 1g both hold serve through a whole-hour switch: each switch
+    # hour loses only the one device the shared instances cannot serve (5 + 7 a day otherwise: 60 + 84)
+    ones = advisor.FleetLayout(((('1g.10gb', 7),),))
+    split = advisor._split_demand(demand(dict((h, {ONE: 4.0, 'nvidia.com/mig-3g.40gb': 1.0} if h < 12 else {ONE: 7.0})
+                                              for h in range(24))), [fleet])[A100]
+    value, switches, dummy = advisor._best_schedule([mixed, ones], split, fleet, 1.0, 2)
+    assert (value, switches) == (pytest.approx(3 * (60 + 84 - 1 - 1)), 2)
+
+
+# ---- the demand read ----------------------------------------------------------------------------------------------------
+
+def test_recorded_requests_are_averaged_over_each_hour():
+    wanted = advisor.demand_from_requests([{'arrival': 1800, 'hold': 3600, 'resource': ONE},
+                                           {'arrival': 86400 + 7200, 'hold': 1800, 'resource': SEVEN, 'devices': 2}], 2)
+    assert wanted.hourly[ONE][0][:3] == (0.5, 0.5, 0.0)
+    assert wanted.hourly[SEVEN][1][2] == 1.0
+    with pytest.raises(advisor.AdvisorError, match='recorded request 0'):
+        advisor.demand_from_requests([{'arrival': 'x', 'hold': 1, 'resource': ONE}], 1)
+    with pytest.raises(advisor.AdvisorError, match='no whole day'):
+        advisor.demand_from_requests([], 0)
+
+
+def test_prometheus_series_are_matched_back_from_sanitised_labels():
+    series = [{'metric': {'resource': 'nvidia_com_mig_1g_10gb'}, 'values': [[3600 * 25, '2'], [3600 * 3, '1.5']]},
+              {'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[0, '1']]},
+              {'metric': {'resource': 'nvidia_com_mig_9g_99gb'}, 'values': [[0, '5']]}]
+    wanted = advisor.demand_from_samples(series, [ONE, 'nvidia.com/gpu'], 0)
+    assert wanted.days == 2
+    assert wanted.hourly[ONE][1][1] == 2.0 and wanted.hourly[ONE][0][3] == 1.5
+    assert wanted.hourly['nvidia.com/gpu'][0][0] == 1.0
+    assert 'nvidia.com/mig-9g.99gb' not in wanted.hourly and 'nvidia_com_mig_9g_99gb' not in wanted.hourly
+    with pytest.raises(advisor.AdvisorError, match='not a number'):
+        advisor.demand_from_samples([{'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[0, 'NaNx']]}], ['nvidia.com/gpu'], 0)
+
+
+def test_sanitised_as_kube_state_metrics_writes_it():
+    assert advisor.sanitized('nvidia.com/mig-1g.10gb+me') == 'nvidia_com_mig_1g_10gb_me'
+
+
+def test_demand_shared_by_two_models_is_split_by_gpu_count():
+    h100 = advisor.ModelFleet('H100-SXM5-80GB', model_gpu('H100-SXM5-80GB'), 1, 3)
+    split = advisor._split_demand(demand({0: {ONE: 8.0}}, days=1), [a100(gpus=1), h100])
+    assert split[A100][0][0] == {ONE: 2.0}
+    assert split['H100-SXM5-80GB'][0][0] == {ONE: 6.0}
+
+
+# ---- what it writes --------------------------------------------------------------------------------------------------
+
+def test_the_advised_catalog_reads_back_as_the_advised_layouts(shipped):
+    fleet = a100(gpus=2)
+    advice = advisor.advise(alternating(2), [fleet], shipped, ((0, 'all-balanced'),))
+    configs = validate_document(advice.document())
+    assert sorted(configs) == ['advised-%02d00' % h for h in advice.switch_hours()]
+    for hour, layout in advice.models[0].periods:
+        gpus = [advisor._with_index(fleet.gpu, i) for i in range(2)]
+        got = []
+        for record in match_gpus(configs['advised-%02d00' % hour], gpus)['gpus']:
+            got.append(tuple(sorted(concrete_instances(record['mig_devices'], fleet.gpu).items())))
+        assert sorted(got) == sorted(layout.slots)
+    keys = set(k for entries in configs.values() for e in entries for k in e.get('mig-devices', {}))
+    assert keys <= {'1g', '7g', '3g', '2g', '4g', '1g.2mem'}
+
+
+def test_awx_switches_in_awx_configure_format(shipped):
+    advice = advisor.advise(alternating(2), [a100()], shipped, ((0, 'all-balanced'),))
+    assert advice.awx_switches() == [{'layout': 'advised-0000', 'time': '00:00'}, {'layout': 'advised-1200', 'time': '12:00'}]
+
+
+# ---- bad input ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('kwargs, message', [
+    ({'max_switches': -1}, 'max switches'),
+    ({'max_switches': True}, 'max switches'),
+    ({'switch_seconds': 4000}, 'measured time'),
+])
+def test_bad_settings_are_refused(shipped, kwargs, message):
+    with pytest.raises(advisor.AdvisorError, match=message):
+        advisor.advise(alternating(2), [a100()], shipped, ((0, 'all-balanced'),), **kwargs)
+
+
+def test_unknown_current_layout_and_bad_schedule_are_refused(shipped):
+    with pytest.raises(advisor.AdvisorError, match='lacks'):
+        advisor.advise(alternating(2), [a100()], shipped, ((0, 'no-such'),))
+    with pytest.raises(advisor.AdvisorError, match='distinct whole hours'):
+        advisor.advise(alternating(2), [a100()], shipped, ((25, 'daytime'),))
+    with pytest.raises(advisor.AdvisorError, match='no GPU model'):
+        advisor.advise(alternating(2), [], shipped, ((0, 'daytime'),))
