@@ -30,12 +30,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import dataclasses
 import re
 import statistics
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import WHOLE_GPU, profile_of_resource, resource_of_profile
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances, shape_name
@@ -85,7 +87,7 @@ def _demand_of(days, table):
 
 def demand_from_samples(series, resource_names, start):
     """A Prometheus ``query_range`` result (``data.result``: [{'metric': {'resource': ...}, 'values': [[t, 'v']]}])
-    of hourly averages -> :class:`Demand`. ``resource_names``: the resources the fleet serves (their sanitised
+    of hourly averages, each stamped at the end of its hour -> :class:`Demand`. ``resource_names``: the resources the fleet serves (their sanitised
     label is matched back to them); ``start``: the window's first second (UTC midnight). A series of a resource no
     GPU of the fleet offers is left out; a value that is not a number is an error."""
     by_label = dict((sanitized(name), name) for name in resource_names)
@@ -99,13 +101,14 @@ def demand_from_samples(series, resource_names, start):
                 stamp, value = float(stamp), float(value)
             except (TypeError, ValueError):
                 raise AdvisorError('Prometheus sample %r of resource %s is not a number' % ([stamp, value], label))
-            if stamp < start or resource is None:
+            if stamp - 3600 < start or resource is None:
                 continue
-            offset = int((stamp - start) // 3600)
+            # each value is the average over the hour that ends at its stamp (avg_over_time(...[1h:5m]))
+            offset = int((stamp - 3600 - start) // 3600)
             last = max(last, stamp)
             day, hour = divmod(offset, HOURS)
             table.setdefault(resource, {}).setdefault(day, [0.0] * HOURS)[hour] += value
-    days = int((last - start) // (HOURS * 3600)) + (1 if table else 0)
+    days = int((last - 3600 - start) // (HOURS * 3600)) + (1 if table else 0)
     return _demand_of(days, dict((r, [rows.get(d, [0.0] * HOURS) for d in range(days)]) for r, rows in table.items()))
 
 
@@ -137,11 +140,16 @@ def demand_from_requests(requests, days):
 
 @dataclass(frozen=True)
 class ModelFleet:
-    """The GPUs of one model: one GPU's host model (its profiles), how many hosts have it and how many each."""
+    """The GPUs of one model: one GPU's host model (its profiles), how many hosts have it and how many each, and
+    their device indices on a host (mig-parted's ``devices`` count over every GPU of the host, of any model)."""
     model: str
     gpu: object
     hosts: int
     gpus_per_host: int
+    indices: Tuple[int, ...] = ()
+
+    def device_indices(self):
+        return self.indices or tuple(range(self.gpus_per_host))
 
     def resource_of(self, profile):
         return WHOLE_GPU if profile == MIG_DISABLED else resource_of_profile(profile)
@@ -247,7 +255,7 @@ def current_layout(configs, name, fleet):
     index takes, mig-parted's last-match rule, model-agnostic keys and ``max`` resolved)."""
     if name not in configs:
         raise AdvisorError('the current schedule names layout %s, which the catalog lacks (it has %s)' % (name, ', '.join(sorted(configs))))
-    gpus = [_with_index(fleet.gpu, index) for index in range(fleet.gpus_per_host)]
+    gpus = [_with_index(fleet.gpu, index) for index in fleet.device_indices()]
     slots = []
     for record in match_gpus(configs[name], gpus)['gpus']:
         if record.get('mig_enabled') is False:
@@ -262,7 +270,6 @@ def current_layout(configs, name, fleet):
 
 
 def _with_index(gpu, index):
-    import dataclasses
     return dataclasses.replace(gpu, index=index)
 
 
@@ -546,7 +553,7 @@ def _keys(counts, gpu):
 
 def _entries(fleet, layout):
     by_slot = {}
-    for index, slot in enumerate(layout.slots):
+    for index, slot in zip(fleet.device_indices(), layout.slots):
         by_slot.setdefault(slot, []).append(index)
     entries = []
     for slot in sorted(by_slot, key=lambda s: by_slot[s]):
@@ -576,3 +583,61 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
     split = _split_demand(demand, fleets)
     models = tuple(advise_model(f, split[f.model], configs, schedule, max_switches, switch_seconds) for f in fleets)
     return Advice(models, tuple(fleets))
+
+
+# ---- the playbook's inputs -------------------------------------------------------------------------------------------
+
+def fleets_from_facts(hosts):
+    """[{'host': name, 'gpus': [nvidia_mig_facts GPU]}] -> ([ModelFleet], [one line per model left out]). A model's
+    hosts are those with one of its GPUs, its GPUs a host (and their indices) those of the host with the most (the
+    hosts of a model are taken as alike); a GPU whose MIG is off reports
+    no profiles, so a model none of whose GPUs does is left out, said why."""
+    if not isinstance(hosts, list) or not all(isinstance(h, dict) and isinstance(h.get('gpus'), list) for h in hosts):
+        raise AdvisorError('the fleet must be a list of {host, gpus} with the GPUs nvidia_mig_facts reports')
+    models = {}
+    for host in hosts:
+        for data in host['gpus']:
+            if not data.get('mig_capable', True):
+                continue
+            gpu = Gpu.from_dict(data)
+            entry = models.setdefault(gpu.name, {'gpu': None, 'per_host': {}})
+            entry['per_host'].setdefault(host.get('host'), []).append(gpu.index)
+            if entry['gpu'] is None and gpu.profiles:
+                entry['gpu'] = gpu
+    fleets, left_out = [], []
+    for model in sorted(models):
+        entry = models[model]
+        if entry['gpu'] is None:
+            left_out.append('%s: no GPU of this model has MIG enabled, so its profiles are unknown' % model)
+            continue
+        indices = max(entry['per_host'].values(), key=len)
+        fleets.append(ModelFleet(model, entry['gpu'], len(entry['per_host']), len(indices), tuple(sorted(indices))))
+    return fleets, left_out
+
+
+def schedule_from_switches(switches):
+    """awx_layout_switches ([{layout, time: 'HH:MM'}]) or one layout name -> ((hour, layout), ...); the advisor
+    works by the hour, so a switch at 08:30 counts from 08:00."""
+    if isinstance(switches, str):
+        return ((0, switches),)
+    schedule = []
+    for switch in switches or []:
+        try:
+            hour, minute = [int(part) for part in str(switch['time']).split(':')]
+            name = switch['layout']
+        except (KeyError, TypeError, ValueError):
+            raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
+        if not 0 <= minute < 60:
+            raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
+        schedule.append((hour, name))
+    return check_schedule(tuple(schedule))
+
+
+def demand_from_document(document):
+    """A recorded demand file ({'days': N, 'requests': [...]}, see :func:`demand_from_requests`) -> Demand."""
+    if not isinstance(document, dict) or not isinstance(document.get('requests'), list):
+        raise AdvisorError('a recorded demand file holds {days: N, requests: [{arrival, hold, resource}]}')
+    days = document.get('days')
+    if isinstance(days, bool) or not isinstance(days, int):
+        raise AdvisorError('a recorded demand file must say how many days it covers (days: N), got %r' % (days,))
+    return demand_from_requests(document['requests'], days)

@@ -197,16 +197,17 @@ def test_recorded_requests_are_averaged_over_each_hour():
 
 
 def test_prometheus_series_are_matched_back_from_sanitised_labels():
-    series = [{'metric': {'resource': 'nvidia_com_mig_1g_10gb'}, 'values': [[3600 * 25, '2'], [3600 * 3, '1.5']]},
-              {'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[0, '1']]},
-              {'metric': {'resource': 'nvidia_com_mig_9g_99gb'}, 'values': [[0, '5']]}]
+    # each value stamped at the end of its hour: 26 h is day 1, hour 1; 4 h is day 0, hour 3; 0 h is before the window
+    series = [{'metric': {'resource': 'nvidia_com_mig_1g_10gb'}, 'values': [[3600 * 26, '2'], [3600 * 4, '1.5'], [0, '9']]},
+              {'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[3600, '1']]},
+              {'metric': {'resource': 'nvidia_com_mig_9g_99gb'}, 'values': [[3600, '5']]}]
     wanted = advisor.demand_from_samples(series, [ONE, 'nvidia.com/gpu'], 0)
     assert wanted.days == 2
     assert wanted.hourly[ONE][1][1] == 2.0 and wanted.hourly[ONE][0][3] == 1.5
     assert wanted.hourly['nvidia.com/gpu'][0][0] == 1.0
     assert 'nvidia.com/mig-9g.99gb' not in wanted.hourly and 'nvidia_com_mig_9g_99gb' not in wanted.hourly
     with pytest.raises(advisor.AdvisorError, match='not a number'):
-        advisor.demand_from_samples([{'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[0, 'NaNx']]}], ['nvidia.com/gpu'], 0)
+        advisor.demand_from_samples([{'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[3600, 'NaNx']]}], ['nvidia.com/gpu'], 0)
 
 
 def test_sanitised_as_kube_state_metrics_writes_it():
@@ -261,3 +262,45 @@ def test_unknown_current_layout_and_bad_schedule_are_refused(shipped):
         advisor.advise(alternating(2), [a100()], shipped, ((25, 'daytime'),))
     with pytest.raises(advisor.AdvisorError, match='no GPU model'):
         advisor.advise(alternating(2), [], shipped, ((0, 'daytime'),))
+
+
+# ---- the playbook's inputs -------------------------------------------------------------------------------------------
+
+def test_fleets_from_facts_count_hosts_and_gpus_per_model():
+    a100_facts = model_gpu(A100).as_dict()
+    off = dict(model_gpu('H100-SXM5-80GB').as_dict(), profiles=[])
+    hosts = [{'host': 'n1', 'gpus': [a100_facts, dict(a100_facts, index=1), dict(off, index=2)]}, {'host': 'n2', 'gpus': [a100_facts]},
+             {'host': 'n3', 'gpus': [dict(a100_facts, mig_capable=False)]}]
+    fleets, left_out = advisor.fleets_from_facts(hosts)
+    assert [(f.model, f.hosts, f.gpus_per_host) for f in fleets] == [(model_gpu(A100).name, 2, 2)]
+    assert fleets[0].device_indices() == (0, 1)
+    assert len(left_out) == 1 and 'MIG enabled' in left_out[0]
+    with pytest.raises(advisor.AdvisorError, match='list of'):
+        advisor.fleets_from_facts({'n1': []})
+
+
+def test_schedule_from_awx_switches():
+    assert advisor.schedule_from_switches([{'layout': 'nighttime', 'time': '20:00'}, {'layout': 'daytime', 'time': '08:30'}]) == \
+        ((8, 'daytime'), (20, 'nighttime'))
+    assert advisor.schedule_from_switches('all-balanced') == ((0, 'all-balanced'),)
+    for bad in ([{'layout': 'x', 'time': '8h'}], [{'layout': 'x', 'time': '24:00'}], [{'time': '08:00'}], [{'layout': 'x', 'time': '08:75'}]):
+        with pytest.raises(advisor.AdvisorError):
+            advisor.schedule_from_switches(bad)
+
+
+def test_recorded_demand_document():
+    wanted = advisor.demand_from_document({'days': 1, 'requests': [{'arrival': 0, 'hold': 7200, 'resource': ONE}]})
+    assert wanted.hourly[ONE][0][:3] == (1.0, 1.0, 0.0)
+    with pytest.raises(advisor.AdvisorError, match='days'):
+        advisor.demand_from_document({'requests': []})
+    with pytest.raises(advisor.AdvisorError, match='recorded demand file'):
+        advisor.demand_from_document([])
+
+
+def test_entries_name_the_model_s_own_device_indices(shipped):
+    # an A100 at indices 2 and 3 of a host whose first two GPUs are of another model
+    fleet = advisor.ModelFleet(A100, model_gpu(A100), 1, 2, (2, 3))
+    advice = advisor.advise(alternating(2), [fleet], shipped, ((0, 'all-balanced'),))
+    entries = [e for entries in advice.configs().values() for e in entries]
+    assert set(i for e in entries if e['devices'] != 'all' for i in e['devices']) <= {2, 3}
+    assert all(e['device-filter'] == [model_gpu(A100).pci_device_id] for e in entries)
