@@ -67,9 +67,13 @@ def sanitized(resource):
 
 @dataclass(frozen=True)
 class Demand:
-    """Devices requested per resource, by day of the window and hour of the day: ``hourly[resource][day][hour]``."""
+    """Devices requested per resource, by day of the window and hour of the day: ``hourly[resource][day][hour]``;
+    ``weights``: requests per device-hour of each resource (a pod holding a 7g three hours counts as much as one
+    holding a 1g forty minutes: placed requests, not device-hours, are what the advice maximises); a resource
+    without one counts its device-hours."""
     days: int
     hourly: Dict[str, Tuple[Tuple[float, ...], ...]]
+    weights: Optional[Dict[str, float]] = None
 
     def at(self, resource, day, hour):
         rows = self.hourly.get(resource)
@@ -79,17 +83,24 @@ class Demand:
         return sorted(r for r in self.hourly if any(any(row) for row in self.hourly[r]))
 
 
-def _demand_of(days, table):
+def _demand_of(days, table, requests=None):
+    """The Demand; ``requests``: {resource: requests seen in the window}, whence each resource's weight."""
     if days < 1:
         raise AdvisorError('the demand covers no whole day: at least 24 hours are needed to advise a daily schedule')
-    return Demand(days, dict((r, tuple(tuple(table[r][d]) for d in range(days))) for r in table))
+    weights = {}
+    for resource, count in (requests or {}).items():
+        device_hours = sum(sum(row) for row in table.get(resource, []))
+        if device_hours > 0 and count > 0:
+            weights[resource] = float(count) / device_hours
+    return Demand(days, dict((r, tuple(tuple(table[r][d]) for d in range(days))) for r in table), weights)
 
 
-def demand_from_samples(series, resource_names, start):
+def demand_from_samples(series, resource_names, start, requests=None):
     """A Prometheus ``query_range`` result (``data.result``: [{'metric': {'resource': ...}, 'values': [[t, 'v']]}])
     of hourly averages, each stamped at the end of its hour -> :class:`Demand`. ``resource_names``: the resources the fleet serves (their sanitised
-    label is matched back to them); ``start``: the window's first second (UTC midnight). A series of a resource no
-    GPU of the fleet offers is left out; a value that is not a number is an error."""
+    label is matched back to them); ``start``: the window's first second (UTC midnight); ``requests``: the
+    ``query`` result counting the requests of each resource in the window (weights), if read. A series of a
+    resource no GPU of the fleet offers is left out; a value that is not a number is an error."""
     by_label = dict((sanitized(name), name) for name in resource_names)
     table = {}
     last = start
@@ -109,7 +120,17 @@ def demand_from_samples(series, resource_names, start):
             day, hour = divmod(offset, HOURS)
             table.setdefault(resource, {}).setdefault(day, [0.0] * HOURS)[hour] += value
     days = int((last - 3600 - start) // (HOURS * 3600)) + (1 if table else 0)
-    return _demand_of(days, dict((r, [rows.get(d, [0.0] * HOURS) for d in range(days)]) for r, rows in table.items()))
+    counts = {}
+    for item in requests or []:
+        label = (item.get('metric') or {}).get('resource')
+        resource = by_label.get(label)
+        try:
+            count = float((item.get('value') or [0, 'x'])[1])
+        except (TypeError, ValueError):
+            raise AdvisorError('Prometheus request count %r of resource %s is not a number' % (item.get('value'), label))
+        if resource is not None:
+            counts[resource] = counts.get(resource, 0.0) + count
+    return _demand_of(days, dict((r, [rows.get(d, [0.0] * HOURS) for d in range(days)]) for r, rows in table.items()), counts)
 
 
 def demand_from_requests(requests, days):
@@ -117,6 +138,7 @@ def demand_from_requests(requests, days):
     first midnight; the format benchmarks/advisor.py writes from benchmarks/demand.py's request stream) -> the
     devices requested, averaged over each hour, as Prometheus' hourly averages would show them."""
     table = {}
+    counts = {}
     end = days * HOURS * 3600.0
     for number, request in enumerate(requests):
         try:
@@ -127,13 +149,14 @@ def demand_from_requests(requests, days):
         if hold < 0 or arrival < 0:
             raise AdvisorError('recorded request %d has a negative arrival or hold' % number)
         rows = table.setdefault(resource, [[0.0] * HOURS for dummy in range(days)])
+        counts[resource] = counts.get(resource, 0) + (1 if arrival < end else 0)
         begin, finish = arrival, min(arrival + hold, end)
         while begin < finish:
             slot = int(begin // 3600)
             upto = min(finish, (slot + 1) * 3600.0)
             rows[slot // HOURS][slot % HOURS] += devices * (upto - begin) / 3600.0
             begin = upto
-    return _demand_of(days, table)
+    return _demand_of(days, table, counts)
 
 
 # ---- one model's GPUs and layouts ------------------------------------------------------------------------------
@@ -213,22 +236,25 @@ class FleetLayout:
         return self.slots == other.slots
 
 
-def placed(requested, offered):
-    """Devices placed in one hour: per resource, the fewer of those requested and those offered."""
-    return sum(min(devices, offered.get(resource, 0)) for resource, devices in requested.items())
+def placed(requested, offered, weights=None):
+    """Requests placed in one hour: per resource, the fewer of the devices requested and those offered, times the
+    resource's requests per device-hour (``weights``; none: device-hours are counted)."""
+    weights = weights or {}
+    return sum(min(devices, offered.get(resource, 0)) * weights.get(resource, 1.0) for resource, devices in requested.items())
 
 
 def _shared(first, second):
     return dict((r, min(n, second.get(r, 0))) for r, n in first.items())
 
 
-def switch_hour_placed(requested, before, after, switch_fraction):
+def switch_hour_placed(requested, before, after, switch_fraction, weights=None):
     """Devices placed in an hour that starts with a switch from ``before`` to ``after`` ({resource: devices}):
     for ``switch_fraction`` of the hour only the instances both share serve, then ``after``."""
-    return switch_fraction * placed(requested, _shared(before, after)) + (1.0 - switch_fraction) * placed(requested, after)
+    return (switch_fraction * placed(requested, _shared(before, after), weights)
+            + (1.0 - switch_fraction) * placed(requested, after, weights))
 
 
-def _greedy_mix(fleet, layouts, demands):
+def _greedy_mix(fleet, layouts, demands, weights):
     """The GPU layout of each device index, chosen one index at a time for the most devices placed over ``demands``
     ([{resource: devices}]); at equal gain the layout listed first."""
     slots = []
@@ -240,7 +266,7 @@ def _greedy_mix(fleet, layouts, demands):
             for profile, count in layout:
                 resource = fleet.resource_of(profile)
                 trial[resource] = trial.get(resource, 0) + count * fleet.hosts
-            gain = sum(placed(d, trial) for d in demands)
+            gain = sum(placed(d, trial, weights) for d in demands)
             if best_gain is None or gain > best_gain + _EPSILON:
                 best, best_gain = (layout, trial), gain
         slots.append(best[0])
@@ -340,7 +366,7 @@ def _split_demand(demand, fleets):
     return split
 
 
-def day_placed(days, hourly_layouts, fleet, switch_fraction):
+def day_placed(days, hourly_layouts, fleet, switch_fraction, weights=None):
     """Devices placed on each day under the daily schedule ``hourly_layouts`` (the FleetLayout of each hour): the
     hour a layout changes (the day's first hour too, when the previous day ended on another) pays the switch."""
     result = []
@@ -350,14 +376,14 @@ def day_placed(days, hourly_layouts, fleet, switch_fraction):
         for hour in range(HOURS):
             before = hourly_layouts[hour - 1]
             if before.same_as(hourly_layouts[hour]):
-                total += placed(hours[hour], offers[hour])
+                total += placed(hours[hour], offers[hour], weights)
             else:
-                total += switch_hour_placed(hours[hour], offers[hour - 1], offers[hour], switch_fraction)
+                total += switch_hour_placed(hours[hour], offers[hour - 1], offers[hour], switch_fraction, weights)
         result.append(total)
     return result
 
 
-def _best_schedule(candidates, days, fleet, switch_fraction, max_switches):
+def _best_schedule(candidates, days, fleet, switch_fraction, max_switches, weights=None):
     """Dynamic programming over the hours of a day (cyclic: hour 0 follows hour 23): the layout of each hour with
     at most ``max_switches`` changes a day for the most devices placed over all days; ties: fewer switches, then
     the candidate listed first. Returns (value, switches, [candidate index per hour])."""
@@ -370,7 +396,8 @@ def _best_schedule(candidates, days, fleet, switch_fraction, max_switches):
         for resource in set(r for day in days for r in day[hour]):
             values = [day[hour].get(resource, 0.0) for day in days]
             top = max([offer.get(resource, 0) for offer in offers] or [0])
-            table[resource] = [sum(min(v, devices) for v in values) for devices in range(top + 1)]
+            weight = (weights or {}).get(resource, 1.0)
+            table[resource] = [sum(min(v, devices) for v in values) * weight for devices in range(top + 1)]
         tables.append(table)
 
     def over_days(hour, offered):
@@ -433,15 +460,17 @@ def _reason(hour, layout, end, current_layouts, fleet, gains, requested_extra):
     new = sorted(r for r, n in layout.offered(fleet).items() if n > current_offers.get(r, 0))
     serves = ('more of %s than any current layout offers' % ', '.join(r for r in new)
               if new else 'nothing the current catalog lacks')
-    return ('%s %02d:00-%02d:00 %s (per GPU index): %s%s; placed-devices gain over the current catalog per day '
-            'min/median/max %+.1f/%+.1f/%+.1f (unplaced requests left: %.1f device-hours a day)'
+    return ('%s %02d:00-%02d:00 %s (per GPU index): %s%s; placed-requests gain over the current catalog per day '
+            'min/median/max %+.1f/%+.1f/%+.1f (requests still unplaced: %.1f a day)'
             % (fleet.model, hour, end, _describe(layout, fleet), serves,
                ', the current layout %s' % layout.source if layout.source else '',
                min(gains), statistics.median(gains), max(gains), requested_extra))
 
 
-def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0):
-    """One model's :class:`ModelAdvice` for ``demand_days`` ([[{resource: devices} per hour] per day])."""
+def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0,
+                 weights=None):
+    """One model's :class:`ModelAdvice` for ``demand_days`` ([[{resource: devices} per hour] per day]); ``weights``:
+    requests per device-hour of each resource (:attr:`Demand.weights`)."""
     switch_fraction = min(1.0, max(0.0, float(switch_seconds) / 3600.0))
     catalog = Catalog.from_data(fleet.gpu.profiles)
     wanted = set()
@@ -465,20 +494,20 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
 
     if layouts:
         for hour in range(HOURS):
-            add(_greedy_mix(fleet, layouts, [day[hour] for day in demand_days]))
-    value, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches)
+            add(_greedy_mix(fleet, layouts, [day[hour] for day in demand_days], weights))
+    value, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
     if layouts:
         # a second pass: each chosen period's own mix, for the demand of all its hours
         chosen = _periods(hourly)
         for position, (start, index) in enumerate(chosen):
             end = chosen[(position + 1) % len(chosen)][0] if len(chosen) > 1 else start + HOURS
             span = [(start + h) % HOURS for h in range((end - start) % HOURS or HOURS)]
-            add(_greedy_mix(fleet, layouts, [day[h] for day in demand_days for h in span]))
-        value, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches)
+            add(_greedy_mix(fleet, layouts, [day[h] for day in demand_days for h in span], weights))
+        value, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
     advised_hourly = [candidates[k] for k in hourly]
-    placed_by_day = day_placed(demand_days, advised_hourly, fleet, switch_fraction)
-    current_by_day = day_placed(demand_days, current_hourly, fleet, switch_fraction)
-    requested_by_day = [sum(sum(hour.values()) for hour in day) for day in demand_days]
+    placed_by_day = day_placed(demand_days, advised_hourly, fleet, switch_fraction, weights)
+    current_by_day = day_placed(demand_days, current_hourly, fleet, switch_fraction, weights)
+    requested_by_day = [sum(placed(hour, dict((r, float('inf')) for r in hour), weights) for hour in day) for day in demand_days]
     periods = [(hour, candidates[index]) for hour, index in _periods(hourly)]
     reasons = []
     for position, (hour, layout) in enumerate(periods):
@@ -486,11 +515,12 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
         span = [(hour + h) % HOURS for h in range((end - hour) % HOURS or HOURS)]
         gains = []
         for day in range(len(demand_days)):
-            mine = sum(placed(demand_days[day][h], advised_hourly[h].offered(fleet)) for h in span)
-            theirs = sum(placed(demand_days[day][h], current_hourly[h].offered(fleet)) for h in span)
+            mine = sum(placed(demand_days[day][h], advised_hourly[h].offered(fleet), weights) for h in span)
+            theirs = sum(placed(demand_days[day][h], current_hourly[h].offered(fleet), weights) for h in span)
             gains.append(mine - theirs)
-        left = statistics.mean([sum(sum(demand_days[d][h].values()) - placed(demand_days[d][h], advised_hourly[h].offered(fleet))
-                                    for h in span) for d in range(len(demand_days))])
+        left = statistics.mean([sum(placed(demand_days[d][h], dict((r, float('inf')) for r in demand_days[d][h]), weights)
+                                        - placed(demand_days[d][h], advised_hourly[h].offered(fleet), weights)
+                                        for h in span) for d in range(len(demand_days))])
         reasons.append(_reason(hour, layout, end if len(periods) > 1 else (hour + HOURS) % HOURS or HOURS,
                                list(current.values()), fleet, gains, left))
     return ModelAdvice(fleet.model, tuple(periods), switches, tuple(placed_by_day), tuple(current_by_day),
@@ -581,7 +611,7 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
             raise AdvisorError('%s: needs at least one host, one GPU a host and its MIG profiles' % fleet.model)
     schedule = check_schedule(current_schedule)
     split = _split_demand(demand, fleets)
-    models = tuple(advise_model(f, split[f.model], configs, schedule, max_switches, switch_seconds) for f in fleets)
+    models = tuple(advise_model(f, split[f.model], configs, schedule, max_switches, switch_seconds, demand.weights) for f in fleets)
     return Advice(models, tuple(fleets))
 
 

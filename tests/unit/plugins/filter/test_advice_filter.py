@@ -49,7 +49,8 @@ def test_registered_and_reads_prometheus_samples(shipped):
 def test_reads_a_recorded_demand_file(shipped):
     recorded = {'days': 1, 'requests': [{'arrival': 0, 'hold': 86400, 'resource': 'nvidia.com/mig-7g.80gb'}]}
     advice = mig_layout_advice(recorded, hosts(), shipped, [{'layout': 'daytime', 'time': '08:00'}, {'layout': 'nighttime', 'time': '20:00'}])
-    assert advice['models'][0]['placed'] == 24.0 and advice['models'][0]['current_placed'] == 0.0
+    # one request, held all day: one placed request (its 24 device-hours weigh 1/24 each)
+    assert advice['models'][0]['placed'] == 1.0 and advice['models'][0]['current_placed'] == 0.0
 
 
 @pytest.mark.parametrize('demand, current, message', [

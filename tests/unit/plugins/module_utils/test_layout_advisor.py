@@ -190,6 +190,10 @@ def test_recorded_requests_are_averaged_over_each_hour():
                                            {'arrival': 86400 + 7200, 'hold': 1800, 'resource': SEVEN, 'devices': 2}], 2)
     assert wanted.hourly[ONE][0][:3] == (0.5, 0.5, 0.0)
     assert wanted.hourly[SEVEN][1][2] == 1.0
+    # placed requests, not device-hours: one request per device-hour of 1g, one per device-hour of 7g here
+    assert wanted.weights == {ONE: 1.0, SEVEN: 1.0}
+    longer = advisor.demand_from_requests([{'arrival': 0, 'hold': 4 * 3600, 'resource': SEVEN}], 1)
+    assert longer.weights == {SEVEN: 0.25}
     with pytest.raises(advisor.AdvisorError, match='recorded request 0'):
         advisor.demand_from_requests([{'arrival': 'x', 'hold': 1, 'resource': ONE}], 1)
     with pytest.raises(advisor.AdvisorError, match='no whole day'):
@@ -206,6 +210,10 @@ def test_prometheus_series_are_matched_back_from_sanitised_labels():
     assert wanted.hourly[ONE][1][1] == 2.0 and wanted.hourly[ONE][0][3] == 1.5
     assert wanted.hourly['nvidia.com/gpu'][0][0] == 1.0
     assert 'nvidia.com/mig-9g.99gb' not in wanted.hourly and 'nvidia_com_mig_9g_99gb' not in wanted.hourly
+    assert wanted.weights == {}
+    counted = advisor.demand_from_samples(series, [ONE, 'nvidia.com/gpu'], 0,
+                                          [{'metric': {'resource': 'nvidia_com_mig_1g_10gb'}, 'value': [0, '7']}])
+    assert counted.weights == {ONE: 2.0}    # 7 requests over 3.5 device-hours
     with pytest.raises(advisor.AdvisorError, match='not a number'):
         advisor.demand_from_samples([{'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[3600, 'NaNx']]}], ['nvidia.com/gpu'], 0)
 
@@ -304,3 +312,13 @@ def test_entries_name_the_model_s_own_device_indices(shipped):
     entries = [e for entries in advice.configs().values() for e in entries]
     assert set(i for e in entries if e['devices'] != 'all' for i in e['devices']) <= {2, 3}
     assert all(e['device-filter'] == [model_gpu(A100).pci_device_id] for e in entries)
+
+
+def test_placed_requests_favour_short_holds_under_the_same_devices(shipped):
+    # one device of 1g asked by many short pods and one of 7g by a long one: with weights the 1g wins the GPU
+    wanted = advisor.Demand(1, {ONE: ((7.0,) * 24,), SEVEN: ((1.0,) * 24,)}, {ONE: 3.0, SEVEN: 0.1})
+    model = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),)).models[0]
+    assert model.periods[0][1].slots == ((('1g.10gb', 7),),)
+    assert model.placed_by_day == (pytest.approx(24 * 7 * 3.0),)
+    flipped = advisor.Demand(1, {ONE: ((7.0,) * 24,), SEVEN: ((1.0,) * 24,)}, {ONE: 0.1, SEVEN: 3.0})
+    assert advisor.advise(flipped, [a100()], shipped, ((0, 'all-balanced'),)).models[0].periods[0][1].slots == ((('7g.80gb', 1),),)
