@@ -23,16 +23,17 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advi
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, validate_configs
 
 
-def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0):
+def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0, requests=None):
     """The advice (planning/_layout_advisor.Advice.as_dict) for ``demand``: a Prometheus query_range matrix of
-    hourly averages (``data.result``) or a recorded demand file ({days, requests})."""
+    hourly averages (``data.result``) or a recorded demand file ({days, requests}); ``requests``: Prometheus' count
+    of requests per resource over the window (``data.result`` of an instant query), whence placed requests."""
     try:
         fleets, left_out = fleets_from_facts(hosts)
         resources = sorted(set(r for fleet in fleets for r in fleet.resources()))
         if isinstance(demand, dict):
             recorded = demand_from_document(demand)
         elif isinstance(demand, list):
-            recorded = demand_from_samples(demand, resources, float(start))
+            recorded = demand_from_samples(demand, resources, float(start), requests)
         else:
             raise AdvisorError('the demand must be a Prometheus query_range result (data.result) or a recorded demand file')
         current_configs = validate_configs(configs)

@@ -18,8 +18,10 @@ recorded request list). Per GPU model the advisor
   for the demand of each hour of the day, and for each period a first pass chose, next to the current catalog's
   own layouts;
 - picks, by dynamic programming over the 24 hours of a day (the schedule repeats daily), the layouts and switch
-  hours that place the most requested devices over the window with at most ``max_switches`` switches a day; at
-  equal placed devices fewer switches win, then the layout listed first (the current catalog's come first).
+  hours that place the most requests over the window with at most ``max_switches`` switches a day; at equal
+  placed requests fewer switches win, then the layout listed first (the current catalog's come first);
+- proposes a switch only where the instances busy at that hour are ones the new layout has too
+  (:func:`switch_realisable`): the in-place switch keeps held instances and does not come back for the rest.
 
 Placed devices in an hour: for each resource, min(devices requested, devices the layout offers). A switch costs its
 measured time: during the first ``switch_seconds`` of the hour it happens only the instances both layouts share
@@ -254,6 +256,19 @@ def switch_hour_placed(requested, before, after, switch_fraction, weights=None):
             + (1.0 - switch_fraction) * placed(requested, after, weights))
 
 
+def switch_realisable(before_hours, before, after):
+    """Whether a switch from ``before`` to ``after`` ({resource: devices}) can be made at the end of the hours
+    ``before_hours`` ([{resource: devices}], that hour on each day): the in-place switch keeps every instance a pod
+    holds and the layout it then builds does not change until the next switch, so the switch is proposed only where
+    the instances busy then (per resource, the fewer of those offered and the devices requested on average) are
+    ones the new layout has too."""
+    for resource, offered in before.items():
+        busy = min(offered, sum(hour.get(resource, 0.0) for hour in before_hours) / max(1, len(before_hours)))
+        if busy > after.get(resource, 0) + _EPSILON:
+            return False
+    return True
+
+
 def _greedy_mix(fleet, layouts, demands, weights):
     """The GPU layout of each device index, chosen one index at a time for the most devices placed over ``demands``
     ([{resource: devices}]); at equal gain the layout listed first."""
@@ -404,6 +419,14 @@ def _best_schedule(candidates, days, fleet, switch_fraction, max_switches, weigh
         return sum(column[offered.get(resource, 0)] for resource, column in tables[hour].items())
 
     stay = [[over_days(hour, offers[k]) for k in range(count)] for hour in range(HOURS)]
+    held_cache = {}
+
+    def realisable(hour, before, after):
+        key = (hour, before, after)
+        if key not in held_cache:
+            held_cache[key] = switch_realisable([day[hour - 1] for day in days], offers[before], offers[after])
+        return held_cache[key]
+
     moves = {}
 
     def moved(hour, before, after):
@@ -423,7 +446,7 @@ def _best_schedule(candidates, days, fleet, switch_fraction, max_switches, weigh
                 for after in range(count):
                     if after == layout:
                         key, gained = (after, switches), stay[hour][after]
-                    elif switches + 1 <= max_switches:
+                    elif switches + 1 <= max_switches and realisable(hour, layout, after):
                         key, gained = (after, switches + 1), moved(hour, layout, after)
                     else:
                         continue
@@ -433,6 +456,8 @@ def _best_schedule(candidates, days, fleet, switch_fraction, max_switches, weigh
             states = following
         for (layout, switches), (value, path) in sorted(states.items()):
             if layout != first:   # the next day starts with a switch back to the first layout
+                if not realisable(0, layout, first):
+                    continue
                 switches += 1
                 value += moved(0, layout, first) - stay[0][first]
             if switches > max_switches:

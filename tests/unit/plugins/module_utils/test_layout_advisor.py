@@ -43,9 +43,11 @@ def demand(by_hour, days=3):
 
 
 def alternating(phases):
-    """``phases`` blocks of 24/phases hours, asking by turns for one 7g and for seven 1g."""
+    """``phases`` blocks of 24/phases hours, asking by turns for one 7g and for seven 1g, the last hour of each
+    block quiet (a switch is made only where the instances busy are ones the new layout keeps)."""
     length = 24 // phases
-    return demand(dict((h, {SEVEN: 1.0} if (h // length) % 2 == 0 else {ONE: 7.0}) for h in range(24)))
+    return demand(dict((h, {} if h % length == length - 1 else {SEVEN: 1.0} if (h // length) % 2 == 0 else {ONE: 7.0})
+                       for h in range(24)))
 
 
 # ---- switches a day ----------------------------------------------------------------------------------------------
@@ -153,8 +155,10 @@ def test_during_a_switch_only_the_shared_instances_serve():
 
 
 def test_a_short_spike_is_not_worth_a_slow_switch(shipped):
-    # one hour of a 7g in a day of 1g: with a switch of a whole hour each way it can only lose
-    wanted = demand(dict((h, {SEVEN: 1.0} if h == 12 else {ONE: 2.0}) for h in range(24)))
+    # one hour of a 7g in a day of 1g (quiet around it): with a switch of a whole hour it can only lose
+    wanted = dict((h, {ONE: 2.0}) for h in range(24))
+    wanted.update({11: {}, 12: {SEVEN: 1.0}, 13: {}})
+    wanted = demand(wanted)
     fast = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),), switch_seconds=0).models[0]
     slow = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),), switch_seconds=3600).models[0]
     assert fast.switches == 2 and slow.switches == 0
@@ -166,21 +170,23 @@ def test_the_schedule_s_value_is_what_the_days_place():
     seven = advisor.FleetLayout(((('7g.80gb', 1),),))
     mixed = advisor.FleetLayout(((('1g.10gb', 4), ('3g.40gb', 1)),))
     split = advisor._split_demand(alternating(4), [fleet])[A100]
-    for fraction in (0.0, 0.5, 1.0):
+    for fraction, expected in ((0.0, 2 * 5 + 2 * 20), (0.5, 2 * 4.5 + 2 * 18)):
         value, switches, hourly = advisor._best_schedule([mixed, seven], split, fleet, fraction, 4)
-        assert switches == 4
+        assert (value, switches) == (pytest.approx(3 * expected), 4)
         assert value == pytest.approx(sum(advisor.day_placed(split, [[mixed, seven][k] for k in hourly], fleet, fraction)))
-    # a whole-hour switch between 7g and four 1g keeps nothing: it places nothing that hour, so both switches of a
-    # 7g block are made in its own first and last hours (it loses 2 of 6 devices) and the 1g blocks lose nothing
-    value, dummy, dummy2 = advisor._best_schedule([mixed, seven], split, fleet, 1.0, 4)
-    assert value == pytest.approx(3 * (2 * 4 * 1.0 + 2 * 6 * 4.0))
-    # between four 1g + a 3g and seven 1g, the four 1g both hold serve through a whole-hour switch: each switch
-    # hour loses only the one device the shared instances cannot serve (5 + 7 a day otherwise: 60 + 84)
+    # a whole-hour switch between 7g and four 1g keeps nothing: each block loses its first hour, 2 x 4 + 2 x 16 a
+    # day, as much as four 1g all day (2 x 5 x 4): the tie goes to no switch
+    value, switches, dummy = advisor._best_schedule([mixed, seven], split, fleet, 1.0, 4)
+    assert (value, switches) == (pytest.approx(3 * 40), 0)
+    # between four 1g + a 3g and seven 1g, the four 1g both hold serve through a whole-hour switch (at 12:00 and
+    # 00:00, after the hours whose busy instances both layouts have): hours 0-11 place 4 + 10 x 5 + 4, 12-23 4 + 10 x 7 + 4
     ones = advisor.FleetLayout(((('1g.10gb', 7),),))
-    split = advisor._split_demand(demand(dict((h, {ONE: 4.0, 'nvidia.com/mig-3g.40gb': 1.0} if h < 12 else {ONE: 7.0})
-                                              for h in range(24))), [fleet])[A100]
-    value, switches, dummy = advisor._best_schedule([mixed, ones], split, fleet, 1.0, 2)
-    assert (value, switches) == (pytest.approx(3 * (60 + 84 - 1 - 1)), 2)
+    wanted = dict((h, {ONE: 4.0, 'nvidia.com/mig-3g.40gb': 1.0} if h < 11 else {ONE: 7.0}) for h in range(24))
+    wanted[11] = wanted[23] = {ONE: 4.0}
+    split = advisor._split_demand(demand(wanted), [fleet])[A100]
+    value, switches, hourly = advisor._best_schedule([mixed, ones], split, fleet, 1.0, 2)
+    assert (value, switches) == (pytest.approx(3 * (58 + 78)), 2)
+    assert [hour for hour in range(24) if hourly[hour] != hourly[hour - 1]] == [0, 12]
 
 
 # ---- the demand read ----------------------------------------------------------------------------------------------------
@@ -322,3 +328,23 @@ def test_placed_requests_favour_short_holds_under_the_same_devices(shipped):
     assert model.placed_by_day == (pytest.approx(24 * 7 * 3.0),)
     flipped = advisor.Demand(1, {ONE: ((7.0,) * 24,), SEVEN: ((1.0,) * 24,)}, {ONE: 0.1, SEVEN: 3.0})
     assert advisor.advise(flipped, [a100()], shipped, ((0, 'all-balanced'),)).models[0].periods[0][1].slots == ((('7g.80gb', 1),),)
+
+
+# ---- busy instances kept -----------------------------------------------------------------------------------------
+
+def test_a_switch_is_proposed_only_where_the_busy_instances_stay_in_the_new_layout():
+    before = {ONE: 4, 'nvidia.com/mig-3g.40gb': 1}
+    assert advisor.switch_realisable([{ONE: 4.0}], before, {ONE: 7})
+    assert not advisor.switch_realisable([{ONE: 4.0, 'nvidia.com/mig-3g.40gb': 0.5}], before, {ONE: 7})
+    # busy: the fewer of the instances offered and the devices requested on average over the days
+    assert advisor.switch_realisable([{ONE: 9.0}, {ONE: 9.0}], before, {ONE: 4})
+    assert not advisor.switch_realisable([{ONE: 9.0}, {ONE: 9.0}], before, {ONE: 3})
+    assert advisor.switch_realisable([{ONE: 4.0}, {ONE: 2.0}], before, {ONE: 3})
+
+
+def test_no_switch_while_the_old_layout_s_instances_are_busy(shipped):
+    # the 7g is asked for right up to the 1g hours: a switch at 12:00 would find the 7g held and never build the
+    # 1g; at 13:00 the 7g is free (the 1g layout it leaves at 01:00 served nothing of the 7g's hour before)
+    wanted = demand(dict((h, {SEVEN: 1.0} if h < 12 else {ONE: 7.0}) for h in range(24)))
+    model = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),)).models[0]
+    assert [hour for hour, dummy in model.periods] == [1, 13]
