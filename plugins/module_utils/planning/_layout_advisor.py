@@ -473,8 +473,8 @@ def _periods(hourly):
     return changes or [(0, hourly[0])]
 
 
-def _describe(slot_layout, fleet):
-    return ' | '.join('+'.join('%dx%s' % (n, p) for p, n in slot) or 'empty' for slot in slot_layout.slots)
+def _describe(layout):
+    return ' | '.join('+'.join('%dx%s' % (n, p) for p, n in slot) or 'empty' for slot in layout.slots)
 
 
 def _reason(hour, layout, end, current_layouts, fleet, gains, requested_extra):
@@ -487,7 +487,7 @@ def _reason(hour, layout, end, current_layouts, fleet, gains, requested_extra):
               if new else 'nothing the current catalog lacks')
     return ('%s %02d:00-%02d:00 %s (per GPU index): %s%s; placed-requests gain over the current catalog per day '
             'min/median/max %+.1f/%+.1f/%+.1f (requests still unplaced: %.1f a day)'
-            % (fleet.model, hour, end, _describe(layout, fleet), serves,
+            % (fleet.model, hour, end, _describe(layout), serves,
                ', the current layout %s' % layout.source if layout.source else '',
                min(gains), statistics.median(gains), max(gains), requested_extra))
 
@@ -520,7 +520,7 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
     if layouts:
         for hour in range(HOURS):
             add(_greedy_mix(fleet, layouts, [day[hour] for day in demand_days], weights))
-    value, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
+    dummy, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
     if layouts:
         # a second pass: each chosen period's own mix, for the demand of all its hours
         chosen = _periods(hourly)
@@ -528,7 +528,7 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
             end = chosen[(position + 1) % len(chosen)][0] if len(chosen) > 1 else start + HOURS
             span = [(start + h) % HOURS for h in range((end - start) % HOURS or HOURS)]
             add(_greedy_mix(fleet, layouts, [day[h] for day in demand_days for h in span], weights))
-        value, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
+        dummy, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
     advised_hourly = [candidates[k] for k in hourly]
     placed_by_day = day_placed(demand_days, advised_hourly, fleet, switch_fraction, weights)
     current_by_day = day_placed(demand_days, current_hourly, fleet, switch_fraction, weights)
