@@ -211,7 +211,7 @@ def gpu_layouts(catalog, wanted):
             grow(position + 1, trial)
             count += 1
             trial = trial + [profile.name]
-            if count > profile.max_count or not fits(trial):
+            if not fits(trial):   # best_rearrangement honours max counts too
                 break
 
     grow(0, [])

@@ -348,3 +348,16 @@ def test_no_switch_while_the_old_layout_s_instances_are_busy(shipped):
     wanted = demand(dict((h, {SEVEN: 1.0} if h < 12 else {ONE: 7.0}) for h in range(24)))
     model = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),)).models[0]
     assert [hour for hour, dummy in model.periods] == [1, 13]
+
+
+def test_every_host_of_the_model_offers_its_layout(shipped):
+    fleet = a100(gpus=1, hosts=3)
+    assert advisor.FleetLayout(((('7g.80gb', 1),),)).offered(fleet) == {SEVEN: 3}
+    model = advisor.advise(demand(dict((h, {SEVEN: 3.0}) for h in range(24)), days=1), [fleet], shipped, ((0, 'all-balanced'),)).models[0]
+    assert model.periods[0][1].slots == ((('7g.80gb', 1),),)
+    assert model.placed_by_day == (72.0,)
+    # two GPUs a host on two hosts: one index of seven 1g serves the fourteen 1g, the other the two 7g
+    fleet = a100(gpus=2, hosts=2)
+    model = advisor.advise(demand(dict((h, {SEVEN: 2.0, ONE: 14.0}) for h in range(24)), days=1), [fleet], shipped,
+                           ((0, 'all-balanced'),)).models[0]
+    assert model.periods[0][1].slots == ((('1g.10gb', 7),), (('7g.80gb', 1),))
