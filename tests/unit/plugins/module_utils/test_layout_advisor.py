@@ -361,3 +361,33 @@ def test_every_host_of_the_model_offers_its_layout(shipped):
     model = advisor.advise(demand(dict((h, {SEVEN: 2.0, ONE: 14.0}) for h in range(24)), days=1), [fleet], shipped,
                            ((0, 'all-balanced'),)).models[0]
     assert model.periods[0][1].slots == ((('1g.10gb', 7),), (('7g.80gb', 1),))
+
+
+def test_a_layout_the_same_on_every_gpu_of_the_model_is_one_entry_for_all_of_them(shipped):
+    advice = advisor.advise(demand(dict((h, {SEVEN: 2.0}) for h in range(24)), days=1), [a100(gpus=2)], shipped, ((0, 'all-balanced'),))
+    assert advice.configs()['advised-0000'] == [{'device-filter': [model_gpu(A100).pci_device_id], 'devices': 'all',
+                                                  'mig-enabled': True, 'mig-devices': {'7g': 1}}]
+
+
+def test_the_greedy_mix_keeps_the_first_listed_layout_at_equal_gain():
+    catalog = Catalog.from_data(model_gpu(A100).profiles)
+    layouts = advisor.gpu_layouts(catalog, {'1g.10gb', '7g.80gb'})
+    assert advisor._greedy_mix(a100(), layouts, [{ONE: 1.0, SEVEN: 1.0}], None).slots == ((('1g.10gb', 7),),)
+
+
+def test_a_current_layout_without_mig_is_a_whole_gpu(shipped):
+    assert advisor.current_layout(shipped, 'all-disabled', a100(gpus=2)).slots == (((advisor.MIG_DISABLED, 1),),) * 2
+
+
+def test_recorded_requests_outside_the_window_or_negative_are_refused_or_not_counted():
+    with pytest.raises(advisor.AdvisorError, match='negative'):
+        advisor.demand_from_requests([{'arrival': 0, 'hold': -1, 'resource': ONE}], 1)
+    # a request arriving after the window asks for nothing in it and is not one of its requests
+    wanted = advisor.demand_from_requests([{'arrival': 0, 'hold': 3600, 'resource': ONE},
+                                           {'arrival': 86400 + 5, 'hold': 3600, 'resource': ONE}], 1)
+    assert wanted.weights == {ONE: 1.0}
+
+
+def test_a_schedule_naming_an_hour_twice_is_refused(shipped):
+    with pytest.raises(advisor.AdvisorError, match='distinct whole hours'):
+        advisor.advise(alternating(2), [a100()], shipped, ((8, 'daytime'), (8, 'nighttime')))
