@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Filter of playbooks/mig_advise.yml: the layouts and daily switches a fleet's recorded demand asks for. Thin: the
+rule is module_utils/planning/_layout_advisor, where unit tests reach it."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import (
+    DEFAULT_MAX_SWITCHES,
+    AdvisorError,
+    advise,
+    demand_from_document,
+    demand_from_samples,
+    fleets_from_facts,
+    schedule_from_switches,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, validate_configs
+
+
+def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0, requests=None):
+    """The advice (planning/_layout_advisor.Advice.as_dict) for ``demand``: a Prometheus query_range matrix of
+    hourly averages (``data.result``) or a recorded demand file ({days, requests}); ``requests``: Prometheus' count
+    of requests per resource over the window (``data.result`` of an instant query), whence placed requests."""
+    try:
+        fleets, left_out = fleets_from_facts(hosts)
+        resources = sorted(set(r for fleet in fleets for r in fleet.resources()))
+        if isinstance(demand, dict):
+            recorded = demand_from_document(demand)
+        elif isinstance(demand, list):
+            recorded = demand_from_samples(demand, resources, float(start), requests)
+        else:
+            raise AdvisorError('the demand must be a Prometheus query_range result (data.result) or a recorded demand file')
+        current_configs = validate_configs(configs)
+        advice = advise(recorded, fleets, current_configs, schedule_from_switches(current), max_switches, switch_seconds)
+    except (AdvisorError, LayoutConfigError) as exc:
+        raise AnsibleFilterError('mig_layout_advice: %s' % exc)
+    result = advice.as_dict()
+    # the file to commit: the current catalog with the advised layouts beside it (a former advice's replaced), so
+    # that mig_layout_config_file can name it and every layout the hosts may be on stays defined
+    merged = dict(current_configs)
+    merged.update(result['catalog']['mig-configs'])
+    result['catalog'] = {'version': 'v1', 'mig-configs': merged}
+    result['left_out'] = left_out
+    result['days'] = recorded.days
+    return result
+
+
+class FilterModule(object):
+    """gpufleet.mig layout advisor filter."""
+
+    def filters(self):
+        return {'mig_layout_advice': mig_layout_advice}

@@ -1,0 +1,698 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""Which layouts to declare and when to switch, from the demand a fleet recorded (:func:`advise`).
+
+Pure Python: no NVML, no Ansible. The demand is hourly: for each MIG resource (``nvidia.com/mig-<profile>``,
+``nvidia.com/gpu``) the devices requested by running and pending pods, averaged over each hour of each day of
+the window (:func:`demand_from_samples` reads a Prometheus ``query_range`` matrix, :func:`demand_from_requests` a
+recorded request list). Per GPU model the advisor
+
+- builds the layouts one GPU can hold from the model's own geometry (every fitting, maximal mix of its plain
+  profiles with demand, checked by _mig_geometry.best_rearrangement: placements, max counts, media rules), and a
+  whole GPU without MIG where ``nvidia.com/gpu`` is asked for;
+- mixes them over the model's GPU slots (one mix per device index, the same on every host of the model) greedily
+  for the demand of each hour of the day, and for each period a first pass chose, next to the current catalog's
+  own layouts;
+- picks, by dynamic programming over the 24 hours of a day (the schedule repeats daily), the layouts and switch
+  hours that place the most requests over the window with at most ``max_switches`` switches a day; at equal
+  placed requests fewer switches win, then the layout listed first (the current catalog's come first);
+- proposes a switch only where the instances busy at that hour are ones the new layout has too
+  (:func:`switch_realisable`): the in-place switch keeps held instances and does not come back for the rest.
+
+Placed devices in an hour: for each resource, min(devices requested, devices the layout offers). A switch costs its
+measured time: during the first ``switch_seconds`` of the hour it happens only the instances both layouts share
+serve (held instances are kept, nothing new exists yet), the new layout the rest of the hour.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import dataclasses
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import WHOLE_GPU, profile_of_resource, resource_of_profile
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances, shape_name
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, best_rearrangement
+
+HOURS = 24
+DEFAULT_MAX_SWITCHES = 2
+# A GPU layout of one whole GPU, MIG disabled: what serves nvidia.com/gpu on a node of the mixed strategy.
+MIG_DISABLED = 'mig-disabled'
+ADVISED_PREFIX = 'advised-'
+_NOT_LABEL = re.compile(r'[^a-zA-Z0-9_]')
+_EPSILON = 1e-6
+
+
+class AdvisorError(GpufleetError, ValueError):
+    """Input the advisor cannot use: the message says which and why, in one line."""
+
+
+def sanitized(resource):
+    """A resource name as kube-state-metrics writes it in its ``resource`` label (its internal/store/pod.go passes
+    every resource name through promutil.SanitizeLabelName: each character outside [a-zA-Z0-9_] becomes ``_``)."""
+    return _NOT_LABEL.sub('_', resource)
+
+
+# ---- the demand -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Demand:
+    """Devices requested per resource, by day of the window and hour of the day: ``hourly[resource][day][hour]``;
+    ``weights``: requests per device-hour of each resource (a pod holding a 7g three hours counts as much as one
+    holding a 1g forty minutes: placed requests, not device-hours, are what the advice maximises); a resource
+    without one counts its device-hours."""
+    days: int
+    hourly: Dict[str, Tuple[Tuple[float, ...], ...]]
+    weights: Optional[Dict[str, float]] = None
+
+    def at(self, resource, day, hour):
+        rows = self.hourly.get(resource)
+        return rows[day][hour] if rows else 0.0
+
+    def resources(self):
+        return sorted(r for r in self.hourly if any(any(row) for row in self.hourly[r]))
+
+
+def _demand_of(days, table, requests=None):
+    """The Demand; ``requests``: {resource: requests seen in the window}, whence each resource's weight."""
+    if days < 1:
+        raise AdvisorError('the demand covers no whole day: at least 24 hours are needed to advise a daily schedule')
+    weights = {}
+    for resource, count in (requests or {}).items():
+        device_hours = sum(sum(row) for row in table.get(resource, []))
+        if device_hours > 0 and count > 0:
+            weights[resource] = float(count) / device_hours
+    return Demand(days, dict((r, tuple(tuple(table[r][d]) for d in range(days))) for r in table), weights)
+
+
+def demand_from_samples(series, resource_names, start, requests=None):
+    """A Prometheus ``query_range`` result (``data.result``: [{'metric': {'resource': ...}, 'values': [[t, 'v']]}])
+    of hourly averages, each stamped at the end of its hour -> :class:`Demand`. ``resource_names``: the resources the fleet serves (their sanitised
+    label is matched back to them); ``start``: the window's first second (UTC midnight); ``requests``: the
+    ``query`` result counting the requests of each resource in the window (weights), if read. A series of a
+    resource no GPU of the fleet offers is left out; a value that is not a number is an error."""
+    by_label = dict((sanitized(name), name) for name in resource_names)
+    table = {}
+    last = start
+    for item in series:
+        label = (item.get('metric') or {}).get('resource')
+        resource = by_label.get(label, label if label in resource_names else None)
+        for stamp, value in item.get('values') or []:
+            try:
+                stamp, value = float(stamp), float(value)
+            except (TypeError, ValueError):
+                raise AdvisorError('Prometheus sample %r of resource %s is not a number' % ([stamp, value], label))
+            if stamp - 3600 < start or resource is None:
+                continue
+            # each value is the average over the hour that ends at its stamp (avg_over_time(...[1h:5m]))
+            offset = int((stamp - 3600 - start) // 3600)
+            last = max(last, stamp)
+            day, hour = divmod(offset, HOURS)
+            table.setdefault(resource, {}).setdefault(day, [0.0] * HOURS)[hour] += value
+    days = int((last - 3600 - start) // (HOURS * 3600)) + (1 if table else 0)
+    counts = {}
+    for item in requests or []:
+        label = (item.get('metric') or {}).get('resource')
+        resource = by_label.get(label)
+        try:
+            count = float((item.get('value') or [0, 'x'])[1])
+        except (TypeError, ValueError):
+            raise AdvisorError('Prometheus request count %r of resource %s is not a number' % (item.get('value'), label))
+        if resource is not None:
+            counts[resource] = counts.get(resource, 0.0) + count
+    return _demand_of(days, dict((r, [rows.get(d, [0.0] * HOURS) for d in range(days)]) for r, rows in table.items()), counts)
+
+
+def demand_from_requests(requests, days):
+    """Recorded requests [{'arrival': s, 'hold': s, 'resource': name, 'devices': n}] (seconds from the window's
+    first midnight; the format benchmarks/advisor.py writes from benchmarks/demand.py's request stream) -> the
+    devices requested, averaged over each hour, as Prometheus' hourly averages would show them."""
+    table = {}
+    counts = {}
+    end = days * HOURS * 3600.0
+    for number, request in enumerate(requests):
+        try:
+            arrival, hold = float(request['arrival']), float(request['hold'])
+            resource, devices = request['resource'], float(request.get('devices', 1))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AdvisorError('recorded request %d needs a numeric arrival and hold and a resource: %s' % (number, exc))
+        if hold < 0 or arrival < 0:
+            raise AdvisorError('recorded request %d has a negative arrival or hold' % number)
+        rows = table.setdefault(resource, [[0.0] * HOURS for dummy in range(days)])
+        counts[resource] = counts.get(resource, 0) + (1 if arrival < end else 0)
+        begin, finish = arrival, min(arrival + hold, end)
+        while begin < finish:
+            slot = int(begin // 3600)
+            upto = min(finish, (slot + 1) * 3600.0)
+            rows[slot // HOURS][slot % HOURS] += devices * (upto - begin) / 3600.0
+            begin = upto
+    return _demand_of(days, table, counts)
+
+
+# ---- one model's GPUs and layouts ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelFleet:
+    """The GPUs of one model: one GPU's host model (its profiles), how many hosts have it and how many each, and
+    their device indices on a host (mig-parted's ``devices`` count over every GPU of the host, of any model)."""
+    model: str
+    gpu: object
+    hosts: int
+    gpus_per_host: int
+    indices: Tuple[int, ...] = ()
+
+    def device_indices(self):
+        return self.indices or tuple(range(self.gpus_per_host))
+
+    def resource_of(self, profile):
+        return WHOLE_GPU if profile == MIG_DISABLED else resource_of_profile(profile)
+
+    def resources(self):
+        catalog = Catalog.from_data(self.gpu.profiles)
+        return [self.resource_of(name) for name in catalog.names()] + [WHOLE_GPU]
+
+
+def _plain_profiles(catalog, wanted):
+    return sorted((p for p in catalog.profiles.values() if p.plain and p.name in wanted),
+                  key=lambda p: (-p.memory_slices, -p.compute_slices, p.name))
+
+
+def gpu_layouts(catalog, wanted):
+    """Every maximal layout one GPU of ``catalog`` holds from the plain profiles in ``wanted`` (names), as sorted
+    ((profile, count), ...) tuples; a layout fits when some placement of all its instances exists (placements, max
+    counts, media rules: _mig_geometry.best_rearrangement)."""
+    profiles = _plain_profiles(catalog, wanted)
+    found = []
+
+    def fits(names):
+        return best_rearrangement(catalog, names) is not None
+
+    def grow(position, names):
+        if position == len(profiles):
+            if names and not any(fits(names + [p.name]) for p in profiles):
+                found.append(tuple(sorted((n, names.count(n)) for n in set(names))))
+            return
+        profile = profiles[position]
+        count = 0
+        trial = list(names)
+        while True:
+            grow(position + 1, trial)
+            count += 1
+            trial = trial + [profile.name]
+            if not fits(trial):   # best_rearrangement honours max counts too
+                break
+
+    grow(0, [])
+    return sorted(set(found))
+
+
+@dataclass(frozen=True)
+class FleetLayout:
+    """One model's layout: the GPU layout of each device index ((profile, count), ...) on every host of the model;
+    ``source``: the current catalog's layout name it is, or '' for a layout the advisor built."""
+    slots: Tuple[Tuple[Tuple[str, int], ...], ...]
+    source: str = ''
+
+    def offered(self, fleet):
+        """{resource: devices} the model's GPUs offer under this layout."""
+        offered = {}
+        for slot in self.slots:
+            for profile, count in slot:
+                resource = fleet.resource_of(profile)
+                offered[resource] = offered.get(resource, 0) + count * fleet.hosts
+        return offered
+
+    def same_as(self, other):
+        return self.slots == other.slots
+
+
+def placed(requested, offered, weights=None):
+    """Requests placed in one hour: per resource, the fewer of the devices requested and those offered, times the
+    resource's requests per device-hour (``weights``; none: device-hours are counted)."""
+    weights = weights or {}
+    return sum(min(devices, offered.get(resource, 0)) * weights.get(resource, 1.0) for resource, devices in requested.items())
+
+
+def _shared(first, second):
+    return dict((r, min(n, second.get(r, 0))) for r, n in first.items())
+
+
+def switch_hour_placed(requested, before, after, switch_fraction, weights=None):
+    """Devices placed in an hour that starts with a switch from ``before`` to ``after`` ({resource: devices}):
+    for ``switch_fraction`` of the hour only the instances both share serve, then ``after``."""
+    return (switch_fraction * placed(requested, _shared(before, after), weights)
+            + (1.0 - switch_fraction) * placed(requested, after, weights))
+
+
+def switch_realisable(before_hours, before, after):
+    """Whether a switch from ``before`` to ``after`` ({resource: devices}) can be made at the end of the hours
+    ``before_hours`` ([{resource: devices}], that hour on each day): the in-place switch keeps every instance a pod
+    holds and the layout it then builds does not change until the next switch, so the switch is proposed only where
+    the instances busy then (per resource, the fewer of those offered and the devices requested on average) are
+    ones the new layout has too."""
+    for resource, offered in before.items():
+        busy = min(offered, sum(hour.get(resource, 0.0) for hour in before_hours) / max(1, len(before_hours)))
+        if busy > after.get(resource, 0) + _EPSILON:
+            return False
+    return True
+
+
+def _greedy_mix(fleet, layouts, demands, weights):
+    """The GPU layout of each device index, chosen one index at a time for the most devices placed over ``demands``
+    ([{resource: devices}]); at equal gain the layout listed first."""
+    slots = []
+    offered = {}
+    for dummy in range(fleet.gpus_per_host):
+        best, best_gain = None, None
+        for layout in layouts:
+            trial = dict(offered)
+            for profile, count in layout:
+                resource = fleet.resource_of(profile)
+                trial[resource] = trial.get(resource, 0) + count * fleet.hosts
+            gain = sum(placed(d, trial, weights) for d in demands)
+            if best_gain is None or gain > best_gain + _EPSILON:
+                best, best_gain = (layout, trial), gain
+        slots.append(best[0])
+        offered = best[1]
+    return FleetLayout(tuple(sorted(slots)))
+
+
+# ---- the current catalog ----------------------------------------------------------------------------------------
+
+def current_layout(configs, name, fleet):
+    """The current catalog's layout ``name`` on the model's GPUs as a :class:`FleetLayout` (the entry each device
+    index takes, mig-parted's last-match rule, model-agnostic keys and ``max`` resolved)."""
+    if name not in configs:
+        raise AdvisorError('the current schedule names layout %s, which the catalog lacks (it has %s)' % (name, ', '.join(sorted(configs))))
+    gpus = [_with_index(fleet.gpu, index) for index in fleet.device_indices()]
+    slots = []
+    for record in match_gpus(configs[name], gpus)['gpus']:
+        if record.get('mig_enabled') is False:
+            slots.append(((MIG_DISABLED, 1),))
+            continue
+        try:
+            counts = concrete_instances(record.get('mig_devices') or {}, fleet.gpu)
+        except LayoutConfigError as exc:
+            raise AdvisorError('layout %s on %s: %s' % (name, fleet.model, exc))
+        slots.append(tuple(sorted((p, n) for p, n in counts.items() if n)))
+    return FleetLayout(tuple(sorted(slots)), name)
+
+
+def _with_index(gpu, index):
+    return dataclasses.replace(gpu, index=index)
+
+
+def check_schedule(schedule, max_hours=HOURS):
+    """((hour, layout name), ...) sorted by hour, hours 0-23 distinct: else an AdvisorError."""
+    hours = [hour for hour, dummy in schedule]
+    if not schedule or any(not isinstance(h, int) or isinstance(h, bool) or not 0 <= h < max_hours for h in hours) \
+            or len(set(hours)) != len(hours):
+        raise AdvisorError('the current schedule must list distinct whole hours 0-23, each with a layout name: got %r' % (schedule,))
+    return tuple(sorted(schedule))
+
+
+def hours_of(schedule):
+    """The layout name in force at each hour of the day under a daily ((hour, name), ...) schedule."""
+    schedule = sorted(schedule)
+    names = []
+    for hour in range(HOURS):
+        earlier = [name for start, name in schedule if start <= hour]
+        names.append(earlier[-1] if earlier else schedule[-1][1])
+    return names
+
+
+# ---- the choice --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelAdvice:
+    """One model's advice: the layout in force from each switch hour, and what it places against the current one."""
+    model: str
+    periods: Tuple[Tuple[int, FleetLayout], ...]
+    switches: int
+    placed_by_day: Tuple[float, ...]
+    current_by_day: Tuple[float, ...]
+    requested_by_day: Tuple[float, ...]
+    reasons: Tuple[str, ...]
+
+    def gains(self):
+        return [a - c for a, c in zip(self.placed_by_day, self.current_by_day)]
+
+    def as_dict(self):
+        gains = self.gains()
+        return {'model': self.model, 'switches': self.switches,
+                'periods': [{'hour': hour, 'slots': [dict(slot) for slot in layout.slots], 'current': layout.source}
+                            for hour, layout in self.periods],
+                'placed': round(sum(self.placed_by_day), 1), 'current_placed': round(sum(self.current_by_day), 1),
+                'requested': round(sum(self.requested_by_day), 1),
+                'gain_by_day': {'min': round(min(gains), 1), 'median': round(statistics.median(gains), 1), 'max': round(max(gains), 1)},
+                'reasons': list(self.reasons)}
+
+
+def _split_demand(demand, fleets):
+    """{model: [[{resource: devices} per hour] per day]}: a resource offered by several models (1g.10gb on A100-80GB
+    and H100) is shared among them by their GPU count; a resource nobody offers is counted nowhere."""
+    offered_by = {}
+    for fleet in fleets:
+        for resource in fleet.resources():
+            offered_by.setdefault(resource, []).append(fleet)
+    split = dict((f.model, [[{} for dummy in range(HOURS)] for dummy2 in range(demand.days)]) for f in fleets)
+    for resource in demand.resources():
+        owners = offered_by.get(resource, [])
+        total = sum(f.hosts * f.gpus_per_host for f in owners)
+        for fleet in owners:
+            share = float(fleet.hosts * fleet.gpus_per_host) / total
+            for day in range(demand.days):
+                for hour in range(HOURS):
+                    value = demand.at(resource, day, hour) * share
+                    if value:
+                        split[fleet.model][day][hour][resource] = value
+    return split
+
+
+def day_placed(days, hourly_layouts, fleet, switch_fraction, weights=None):
+    """Devices placed on each day under the daily schedule ``hourly_layouts`` (the FleetLayout of each hour): the
+    hour a layout changes (the day's first hour too, when the previous day ended on another) pays the switch."""
+    result = []
+    offers = [layout.offered(fleet) for layout in hourly_layouts]
+    for hours in days:
+        total = 0.0
+        for hour in range(HOURS):
+            before = hourly_layouts[hour - 1]
+            if before.same_as(hourly_layouts[hour]):
+                total += placed(hours[hour], offers[hour], weights)
+            else:
+                total += switch_hour_placed(hours[hour], offers[hour - 1], offers[hour], switch_fraction, weights)
+        result.append(total)
+    return result
+
+
+def _best_schedule(candidates, days, fleet, switch_fraction, max_switches, weights=None):
+    """Dynamic programming over the hours of a day (cyclic: hour 0 follows hour 23): the layout of each hour with
+    at most ``max_switches`` changes a day for the most devices placed over all days; ties: fewer switches, then
+    the candidate listed first. Returns (value, switches, [candidate index per hour])."""
+    offers = [c.offered(fleet) for c in candidates]
+    count = len(candidates)
+    # placed over all days at an hour, by resource and devices offered: a lookup, not a sum over the days
+    tables = []
+    for hour in range(HOURS):
+        table = {}
+        for resource in set(r for day in days for r in day[hour]):
+            values = [day[hour].get(resource, 0.0) for day in days]
+            top = max([offer.get(resource, 0) for offer in offers] or [0])
+            weight = (weights or {}).get(resource, 1.0)
+            table[resource] = [sum(min(v, devices) for v in values) * weight for devices in range(top + 1)]
+        tables.append(table)
+
+    def over_days(hour, offered):
+        return sum(column[offered.get(resource, 0)] for resource, column in tables[hour].items())
+
+    stay = [[over_days(hour, offers[k]) for k in range(count)] for hour in range(HOURS)]
+    held_cache = {}
+
+    def realisable(hour, before, after):
+        key = (hour, before, after)
+        if key not in held_cache:
+            held_cache[key] = switch_realisable([day[hour - 1] for day in days], offers[before], offers[after])
+        return held_cache[key]
+
+    moves = {}
+
+    def moved(hour, before, after):
+        key = (hour, before, after)
+        if key not in moves:
+            moves[key] = (switch_fraction * over_days(hour, _shared(offers[before], offers[after]))
+                          + (1.0 - switch_fraction) * stay[hour][after])
+        return moves[key]
+
+    best = None
+    for first in range(count):
+        # state: (layout, switches) -> (value, path)
+        states = {(first, 0): (stay[0][first], (first,))}
+        for hour in range(1, HOURS):
+            following = {}
+            for (layout, switches), (value, path) in sorted(states.items()):
+                for after in range(count):
+                    if after == layout:
+                        key, gained = (after, switches), stay[hour][after]
+                    elif switches + 1 <= max_switches and realisable(hour, layout, after):
+                        key, gained = (after, switches + 1), moved(hour, layout, after)
+                    else:
+                        continue
+                    total = value + gained
+                    if key not in following or total > following[key][0] + _EPSILON:
+                        following[key] = (total, path + (after,))
+            states = following
+        for (layout, switches), (value, path) in sorted(states.items()):
+            if layout != first:   # the next day starts with a switch back to the first layout
+                if not realisable(0, layout, first):
+                    continue
+                switches += 1
+                value += moved(0, layout, first) - stay[0][first]
+            if switches > max_switches:
+                continue
+            if best is None or value > best[0] + _EPSILON or (abs(value - best[0]) <= _EPSILON and switches < best[1]):
+                best = (value, switches, list(path))
+    return best
+
+
+def _periods(hourly):
+    """[(hour, index)] where the layout changes (hour 0 first when nothing changes)."""
+    changes = [(hour, hourly[hour]) for hour in range(HOURS) if hourly[hour] != hourly[hour - 1]]
+    return changes or [(0, hourly[0])]
+
+
+def _describe(layout):
+    return ' | '.join('+'.join('%dx%s' % (n, p) for p, n in slot) or 'empty' for slot in layout.slots)
+
+
+def _reason(hour, layout, end, current_layouts, fleet, gains, requested_extra):
+    current_offers = {}
+    for current in current_layouts:
+        for resource, devices in current.offered(fleet).items():
+            current_offers[resource] = max(current_offers.get(resource, 0), devices)
+    new = sorted(r for r, n in layout.offered(fleet).items() if n > current_offers.get(r, 0))
+    serves = ('more of %s than any current layout offers' % ', '.join(r for r in new)
+              if new else 'nothing the current catalog lacks')
+    return ('%s %02d:00-%02d:00 %s (per GPU index): %s%s; placed-requests gain over the current catalog per day '
+            'min/median/max %+.1f/%+.1f/%+.1f (requests still unplaced: %.1f a day)'
+            % (fleet.model, hour, end, _describe(layout), serves,
+               ', the current layout %s' % layout.source if layout.source else '',
+               min(gains), statistics.median(gains), max(gains), requested_extra))
+
+
+def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0,
+                 weights=None):
+    """One model's :class:`ModelAdvice` for ``demand_days`` ([[{resource: devices} per hour] per day]); ``weights``:
+    requests per device-hour of each resource (:attr:`Demand.weights`)."""
+    switch_fraction = min(1.0, max(0.0, float(switch_seconds) / 3600.0))
+    catalog = Catalog.from_data(fleet.gpu.profiles)
+    wanted = set()
+    for day in demand_days:
+        for hour in day:
+            wanted.update(profile_of_resource(r) for r, n in hour.items() if n and r != WHOLE_GPU)
+    layouts = gpu_layouts(catalog, wanted)
+    if any(hour.get(WHOLE_GPU) for day in demand_days for hour in day):
+        layouts.append(((MIG_DISABLED, 1),))
+    names = []
+    for dummy, name in current_schedule:
+        if name not in names:
+            names.append(name)
+    current = dict((name, current_layout(configs, name, fleet)) for name in names)
+    current_hourly = [current[name] for name in hours_of(current_schedule)]
+    candidates = list(current.values())
+
+    def add(layout):
+        if not any(layout.same_as(c) for c in candidates):
+            candidates.append(layout)
+
+    if layouts:
+        for hour in range(HOURS):
+            add(_greedy_mix(fleet, layouts, [day[hour] for day in demand_days], weights))
+    dummy, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
+    if layouts:
+        # a second pass: each chosen period's own mix, for the demand of all its hours
+        chosen = _periods(hourly)
+        for position, (start, index) in enumerate(chosen):
+            end = chosen[(position + 1) % len(chosen)][0] if len(chosen) > 1 else start + HOURS
+            span = [(start + h) % HOURS for h in range((end - start) % HOURS or HOURS)]
+            add(_greedy_mix(fleet, layouts, [day[h] for day in demand_days for h in span], weights))
+        dummy, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
+    advised_hourly = [candidates[k] for k in hourly]
+    placed_by_day = day_placed(demand_days, advised_hourly, fleet, switch_fraction, weights)
+    current_by_day = day_placed(demand_days, current_hourly, fleet, switch_fraction, weights)
+    requested_by_day = [sum(placed(hour, dict((r, float('inf')) for r in hour), weights) for hour in day) for day in demand_days]
+    periods = [(hour, candidates[index]) for hour, index in _periods(hourly)]
+    reasons = []
+    for position, (hour, layout) in enumerate(periods):
+        end = periods[(position + 1) % len(periods)][0] if len(periods) > 1 else hour
+        span = [(hour + h) % HOURS for h in range((end - hour) % HOURS or HOURS)]
+        gains = []
+        for day in range(len(demand_days)):
+            mine = sum(placed(demand_days[day][h], advised_hourly[h].offered(fleet), weights) for h in span)
+            theirs = sum(placed(demand_days[day][h], current_hourly[h].offered(fleet), weights) for h in span)
+            gains.append(mine - theirs)
+        left = statistics.mean([sum(placed(demand_days[d][h], dict((r, float('inf')) for r in demand_days[d][h]), weights)
+                                        - placed(demand_days[d][h], advised_hourly[h].offered(fleet), weights)
+                                        for h in span) for d in range(len(demand_days))])
+        reasons.append(_reason(hour, layout, end if len(periods) > 1 else (hour + HOURS) % HOURS or HOURS,
+                               list(current.values()), fleet, gains, left))
+    return ModelAdvice(fleet.model, tuple(periods), switches, tuple(placed_by_day), tuple(current_by_day),
+                       tuple(requested_by_day), tuple(reasons))
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The fleet's advice: one :class:`ModelAdvice` per model, the advised catalog and its daily switches."""
+    models: Tuple[ModelAdvice, ...]
+    fleets: Tuple[ModelFleet, ...]
+
+    def switch_hours(self):
+        return sorted(set(hour for advice in self.models for hour, dummy in advice.periods))
+
+    def layout_name(self, hour):
+        return '%s%02d00' % (ADVISED_PREFIX, hour)
+
+    def configs(self):
+        """The advised mig-configs (mig-parted v1): one layout per switch hour, each with every model's layout in
+        force from then; an entry per model and GPU layout (device-filter: the model's PCI id, devices: the device
+        indices that take it), keys model-agnostic (``1g``, ``1g.2mem``) where they name the profile exactly."""
+        fleets = dict((f.model, f) for f in self.fleets)
+        configs = {}
+        for hour in self.switch_hours():
+            entries = []
+            for advice in self.models:
+                fleet = fleets[advice.model]
+                layout = [lay for start, lay in advice.periods if start <= hour]
+                layout = layout[-1] if layout else advice.periods[-1][1]
+                entries.extend(_entries(fleet, layout))
+            configs[self.layout_name(hour)] = entries
+        return configs
+
+    def document(self):
+        return {'version': 'v1', 'mig-configs': self.configs()}
+
+    def awx_switches(self):
+        """awx_layout_switches of playbooks/vars/awx.yml: one {layout, time} per switch hour."""
+        return [{'layout': self.layout_name(hour), 'time': '%02d:00' % hour} for hour in self.switch_hours()]
+
+    def as_dict(self):
+        return {'models': [m.as_dict() for m in self.models], 'switch_hours': self.switch_hours(),
+                'awx_layout_switches': self.awx_switches(), 'catalog': self.document()}
+
+
+def _keys(counts, gpu):
+    """{mig-devices key: count}: the model-agnostic shape where it resolves back to the same profile on this GPU."""
+    profiles = dict((p['name'], p) for p in gpu.profiles)
+    keys = {}
+    for name, count in counts:
+        shape = shape_name(profiles[name], gpu)
+        try:
+            same = concrete_instances({shape: 1}, gpu) == {name: 1}
+        except LayoutConfigError:
+            same = False
+        keys[shape if same else name] = count
+    return keys
+
+
+def _entries(fleet, layout):
+    by_slot = {}
+    for index, slot in zip(fleet.device_indices(), layout.slots):
+        by_slot.setdefault(slot, []).append(index)
+    entries = []
+    for slot in sorted(by_slot, key=lambda s: by_slot[s]):
+        entry = {'device-filter': [fleet.gpu.pci_device_id], 'devices': 'all' if len(by_slot) == 1 else by_slot[slot]}
+        if slot == ((MIG_DISABLED, 1),):
+            entry['mig-enabled'] = False
+        else:
+            entry['mig-enabled'] = True
+            entry['mig-devices'] = _keys(slot, fleet.gpu)
+        entries.append(entry)
+    return entries
+
+
+def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0):
+    """The :class:`Advice` for ``demand`` (:class:`Demand`) on ``fleets`` ([ModelFleet]), against the current catalog
+    ``configs`` (validated mig-configs) run on ``current_schedule`` (((hour, layout name), ...), daily)."""
+    if isinstance(max_switches, bool) or not isinstance(max_switches, int) or max_switches < 0:
+        raise AdvisorError('max switches a day must be a whole number of at least 0, got %r' % (max_switches,))
+    if isinstance(switch_seconds, bool) or not isinstance(switch_seconds, (int, float)) or not 0 <= switch_seconds <= 3600:
+        raise AdvisorError('a switch\'s measured time must be 0-3600 seconds, got %r' % (switch_seconds,))
+    if not fleets:
+        raise AdvisorError('no GPU model to advise: the inventory lists no MIG-capable GPU')
+    for fleet in fleets:
+        if fleet.hosts < 1 or fleet.gpus_per_host < 1 or not fleet.gpu.profiles:
+            raise AdvisorError('%s: needs at least one host, one GPU a host and its MIG profiles' % fleet.model)
+    schedule = check_schedule(current_schedule)
+    split = _split_demand(demand, fleets)
+    models = tuple(advise_model(f, split[f.model], configs, schedule, max_switches, switch_seconds, demand.weights) for f in fleets)
+    return Advice(models, tuple(fleets))
+
+
+# ---- the playbook's inputs -------------------------------------------------------------------------------------------
+
+def fleets_from_facts(hosts):
+    """[{'host': name, 'gpus': [nvidia_mig_facts GPU]}] -> ([ModelFleet], [one line per model left out]). A model's
+    hosts are those with one of its GPUs, its GPUs a host (and their indices) those of the host with the most (the
+    hosts of a model are taken as alike); a GPU whose MIG is off reports
+    no profiles, so a model none of whose GPUs does is left out, said why."""
+    if not isinstance(hosts, list) or not all(isinstance(h, dict) and isinstance(h.get('gpus'), list) for h in hosts):
+        raise AdvisorError('the fleet must be a list of {host, gpus} with the GPUs nvidia_mig_facts reports')
+    models = {}
+    for host in hosts:
+        for data in host['gpus']:
+            if not data.get('mig_capable', True):
+                continue
+            gpu = Gpu.from_dict(data)
+            entry = models.setdefault(gpu.name, {'gpu': None, 'per_host': {}})
+            entry['per_host'].setdefault(host.get('host'), []).append(gpu.index)
+            if entry['gpu'] is None and gpu.profiles:
+                entry['gpu'] = gpu
+    fleets, left_out = [], []
+    for model in sorted(models):
+        entry = models[model]
+        if entry['gpu'] is None:
+            left_out.append('%s: no GPU of this model has MIG enabled, so its profiles are unknown' % model)
+            continue
+        indices = max(entry['per_host'].values(), key=len)
+        fleets.append(ModelFleet(model, entry['gpu'], len(entry['per_host']), len(indices), tuple(sorted(indices))))
+    return fleets, left_out
+
+
+def schedule_from_switches(switches):
+    """awx_layout_switches ([{layout, time: 'HH:MM'}]) or one layout name -> ((hour, layout), ...); the advisor
+    works by the hour, so a switch at 08:30 counts from 08:00."""
+    if isinstance(switches, str):
+        return ((0, switches),)
+    schedule = []
+    for switch in switches or []:
+        try:
+            hour, minute = [int(part) for part in str(switch['time']).split(':')]
+            name = switch['layout']
+        except (KeyError, TypeError, ValueError):
+            raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
+        if not 0 <= minute < 60:
+            raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
+        schedule.append((hour, name))
+    return check_schedule(tuple(schedule))
+
+
+def demand_from_document(document):
+    """A recorded demand file ({'days': N, 'requests': [...]}, see :func:`demand_from_requests`) -> Demand."""
+    if not isinstance(document, dict) or not isinstance(document.get('requests'), list):
+        raise AdvisorError('a recorded demand file holds {days: N, requests: [{arrival, hold, resource}]}')
+    days = document.get('days')
+    if isinstance(days, bool) or not isinstance(days, int):
+        raise AdvisorError('a recorded demand file must say how many days it covers (days: N), got %r' % (days,))
+    return demand_from_requests(document['requests'], days)

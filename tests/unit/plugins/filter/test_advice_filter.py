@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The filter mig_layout_advice: Prometheus' matrix or a recorded file in, the advice and a committable catalog out,
+one line for bad input."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+import pytest
+import yaml
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.mig.plugins.filter.mig_layout_advice import FilterModule, mig_layout_advice
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
+
+ROOT = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..')
+
+
+@pytest.fixture(scope='module')
+def shipped():
+    with open(os.path.join(ROOT, 'roles', 'mig_layout', 'files', 'catalog.yml')) as handle:
+        return yaml.safe_load(handle)['mig-configs']
+
+
+def hosts():
+    return [{'host': 'n1', 'gpus': [model_gpu('A100-SXM4-80GB').as_dict()]}]
+
+
+def test_registered_and_reads_prometheus_samples(shipped):
+    assert FilterModule().filters()['mig_layout_advice'] is mig_layout_advice
+    # a 7g asked for all day, two days, hour-end stamps from 01:00
+    series = [{'metric': {'resource': 'nvidia_com_mig_7g_80gb'}, 'values': [[3600 * (h + 1), '1'] for h in range(48)]}]
+    advice = mig_layout_advice(series, hosts(), shipped, 'all-balanced')
+    assert advice['days'] == 2
+    model = advice['models'][0]
+    assert (model['placed'], model['current_placed'], model['switches']) == (48.0, 0.0, 0)
+    assert advice['awx_layout_switches'] == [{'layout': 'advised-0000', 'time': '00:00'}]
+    configs = validate_document(advice['catalog'])
+    # the current catalog stays beside the advice: a host on nighttime still finds it
+    assert set(shipped) < set(configs) and 'advised-0000' in configs
+    assert configs['advised-0000'][0]['mig-devices'] == {'7g': 1}
+
+
+def test_reads_a_recorded_demand_file(shipped):
+    recorded = {'days': 1, 'requests': [{'arrival': 0, 'hold': 86400, 'resource': 'nvidia.com/mig-7g.80gb'}]}
+    advice = mig_layout_advice(recorded, hosts(), shipped, [{'layout': 'daytime', 'time': '08:00'}, {'layout': 'nighttime', 'time': '20:00'}])
+    # one request, held all day: one placed request (its 24 device-hours weigh 1/24 each)
+    assert advice['models'][0]['placed'] == 1.0 and advice['models'][0]['current_placed'] == 0.0
+
+
+@pytest.mark.parametrize('demand, current, message', [
+    ('text', 'all-balanced', 'Prometheus query_range result'),
+    ({'requests': []}, 'all-balanced', 'days'),
+    ([], 'no-such-layout', 'lacks'),
+])
+def test_bad_input_is_one_line(shipped, demand, current, message):
+    with pytest.raises(AnsibleFilterError, match='mig_layout_advice: .*' + message):
+        mig_layout_advice(demand if demand != [] else [{'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[3600, '1']]}],
+                          hosts(), shipped, current)
