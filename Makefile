@@ -76,8 +76,10 @@ test: bootstrap ## every suite of SUITES in order, the cluster's Go build in the
 check: bootstrap ## the everyday loop: lint, sanity, units
 	tests/run_suites.sh lint sanity units
 
-benchmark: bootstrap ## print the planner, fragmentation, demand and rollout figures
+benchmark: bootstrap ## print the planner, fragmentation, demand, advisor, rollout and report figures
 	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/planner.py
 	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/fragmentation.py
 	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/demand.py
+	$(ANSIBLE_ENV) $(PYTEST_ENV):$(CURDIR)/simulator $(PY) benchmarks/advisor.py
 	$(ANSIBLE_ENV) $(PY) benchmarks/rollout.py
+	$(ANSIBLE_ENV) $(PY) benchmarks/report.py

@@ -532,7 +532,9 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
     advised_hourly = [candidates[k] for k in hourly]
     placed_by_day = day_placed(demand_days, advised_hourly, fleet, switch_fraction, weights)
     current_by_day = day_placed(demand_days, current_hourly, fleet, switch_fraction, weights)
-    requested_by_day = [sum(placed(hour, dict((r, float('inf')) for r in hour), weights) for hour in day) for day in demand_days]
+    # Everything asked for, each hour of each day: what unlimited instances would place.
+    requested_hourly = [[placed(hour, dict((r, float('inf')) for r in hour), weights) for hour in day] for day in demand_days]
+    requested_by_day = [sum(day) for day in requested_hourly]
     periods = [(hour, candidates[index]) for hour, index in _periods(hourly)]
     reasons = []
     for position, (hour, layout) in enumerate(periods):
@@ -543,9 +545,9 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
             mine = sum(placed(demand_days[day][h], advised_hourly[h].offered(fleet), weights) for h in span)
             theirs = sum(placed(demand_days[day][h], current_hourly[h].offered(fleet), weights) for h in span)
             gains.append(mine - theirs)
-        left = statistics.mean([sum(placed(demand_days[d][h], dict((r, float('inf')) for r in demand_days[d][h]), weights)
-                                        - placed(demand_days[d][h], advised_hourly[h].offered(fleet), weights)
-                                        for h in span) for d in range(len(demand_days))])
+        # What the advised layouts still leave unplaced over the period, an average day: all asked minus placed.
+        left = statistics.mean([sum(requested_hourly[d][h] - placed(demand_days[d][h], advised_hourly[h].offered(fleet), weights)
+                                    for h in span) for d in range(len(demand_days))])
         reasons.append(_reason(hour, layout, end if len(periods) > 1 else (hour + HOURS) % HOURS or HOURS,
                                list(current.values()), fleet, gains, left))
     return ModelAdvice(fleet.model, tuple(periods), switches, tuple(placed_by_day), tuple(current_by_day),

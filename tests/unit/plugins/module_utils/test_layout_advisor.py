@@ -365,8 +365,8 @@ def test_every_host_of_the_model_offers_its_layout(shipped):
 
 def test_a_layout_the_same_on_every_gpu_of_the_model_is_one_entry_for_all_of_them(shipped):
     advice = advisor.advise(demand(dict((h, {SEVEN: 2.0}) for h in range(24)), days=1), [a100(gpus=2)], shipped, ((0, 'all-balanced'),))
-    assert advice.configs()['advised-0000'] == [{'device-filter': [model_gpu(A100).pci_device_id], 'devices': 'all',
-                                                  'mig-enabled': True, 'mig-devices': {'7g': 1}}]
+    expected = [{'device-filter': [model_gpu(A100).pci_device_id], 'devices': 'all', 'mig-enabled': True, 'mig-devices': {'7g': 1}}]
+    assert advice.configs()['advised-0000'] == expected
 
 
 def test_the_greedy_mix_keeps_the_first_listed_layout_at_equal_gain():
