@@ -6,8 +6,11 @@ For simulated fleets of 4 and 32 hosts (local connection, serial 100%, forks 10 
 repository's ansible.cfg), measured side by side in one run on this machine: the wall time of
 `ansible -m ping` and of a no-op playbooks/mig_layout.yml (the fleet already in its layout), their
 ratio, and the module executions per host of the no-op and of a daytime -> nighttime switch without
-Kubernetes. Module executions are counted where they happen: every host's Python interpreter is a
-wrapper that logs each start.
+Kubernetes. The no-op runs twice: without a fact cache (the pre-flight reads each host's GPUs, so that a
+layout matching no GPU of the fleet is refused before any host is touched) and with one (a jsonfile cache,
+as AWX's fact storage that playbooks/awx_configure.yml turns on: the GPUs the last run's decisions
+reported are known, nothing is read). Module executions are counted where they happen: every host's
+Python interpreter is a wrapper that logs each start.
 
 Run: make benchmark   (or: .venv/bin/python benchmarks/rollout.py --hosts 4 32)
 """
@@ -107,29 +110,36 @@ def bench_fleet(hosts, repeats):
     try:
         inventory = write_fleet(directory, hosts)
         env = ansible_environment()
+        cached_env = ansible_environment(ANSIBLE_CACHE_PLUGIN='jsonfile',
+                                         ANSIBLE_CACHE_PLUGIN_CONNECTION=os.path.join(directory, 'facts'))
         playbook = [os.path.join(BIN, 'ansible-playbook'), '-i', inventory]
         rollout = playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_serial=100%']
         timed(playbook + [os.path.join('simulator', 'seed.yml')], env)
-        timed(rollout + ['-e', 'mig_layout_name=daytime'], env)
+        # With the cache: this run's decisions leave each host's GPUs in it for the no-op runs after it.
+        timed(rollout + ['-e', 'mig_layout_name=daytime'], cached_env)
         executions(directory)
         ping = []
-        noop = []
+        noop = {'uncached': [], 'cached': []}
+        noop_executions = {}
         for dummy in range(repeats):
             ping.append(timed([os.path.join(BIN, 'ansible'), '-i', inventory, 'gpu_hosts', '-m', 'ansible.builtin.ping'], env)[0])
             executions(directory)
-            seconds, output = timed(rollout + ['-e', 'mig_layout_name=daytime'], env)
-            changed = re.findall(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)', output, re.M)
-            if not changed or any(count != '0' for dummy_host, count in changed):
-                raise SystemExit('the no-op run changed something:\n%s' % output[-4000:])
-            noop.append(seconds)
-            noop_executions = per_host(executions(directory), hosts)
+            for cache, run_env in (('uncached', env), ('cached', cached_env)):
+                seconds, output = timed(rollout + ['-e', 'mig_layout_name=daytime'], run_env)
+                changed = re.findall(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)', output, re.M)
+                if not changed or any(count != '0' for dummy_host, count in changed):
+                    raise SystemExit('the no-op run changed something:\n%s' % output[-4000:])
+                noop[cache].append(seconds)
+                noop_executions[cache] = per_host(executions(directory), hosts)
         switch_seconds, dummy = timed(rollout + ['-e', 'mig_layout_name=nighttime'], env)
         switch_executions = per_host(executions(directory), hosts)
         return {
             'hosts': hosts,
             'ping': statistics.median(ping),
-            'noop': statistics.median(noop),
-            'noop_executions': noop_executions,
+            'noop': statistics.median(noop['uncached']),
+            'noop_executions': noop_executions['uncached'],
+            'noop_cached': statistics.median(noop['cached']),
+            'noop_cached_executions': noop_executions['cached'],
             'switch': switch_seconds,
             'switch_executions': switch_executions,
         }
@@ -143,12 +153,15 @@ def main(argv=None):
     parser.add_argument('--repeats', type=int, default=3, help='runs of ping and of the no-op per fleet (median)')
     args = parser.parse_args(argv)
     print('playbooks/mig_layout.yml on simulated fleets (local connection, serial 100%%, forks 10 from ansible.cfg), median of %d:' % args.repeats)
-    print('%6s %9s %9s %7s %22s %10s %24s' % (
-        'hosts', 'ping s', 'no-op s', 'ratio', 'no-op executions/host', 'switch s', 'switch executions/host'))
+    print('%6s %9s | %-32s | %-32s | %10s %11s' % ('', '', 'no-op, no fact cache', 'no-op, fact cache', '', 'switch'))
+    print('%6s %9s | %9s %7s %14s | %9s %7s %14s | %10s %11s' % (
+        'hosts', 'ping s', 'wall s', 'ratio', 'executions/host', 'wall s', 'ratio', 'executions/host', 'switch s',
+        'executions'))
     for hosts in args.hosts:
         figures = bench_fleet(hosts, args.repeats)
-        print('%6d %9.2f %9.2f %6.2fx %22s %10.2f %24s' % (
+        print('%6d %9.2f | %9.2f %6.2fx %14s | %9.2f %6.2fx %14s | %10.2f %11s' % (
             hosts, figures['ping'], figures['noop'], figures['noop'] / figures['ping'], '%d-%d' % figures['noop_executions'],
+            figures['noop_cached'], figures['noop_cached'] / figures['ping'], '%d-%d' % figures['noop_cached_executions'],
             figures['switch'], '%d-%d' % figures['switch_executions']))
     return 0
 

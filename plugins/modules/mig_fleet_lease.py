@@ -54,26 +54,8 @@ options:
     description: Seconds between two reads while waiting.
     type: int
     default: 5
-  kubeconfig:
-    description: Path to a kubeconfig file, or its content as a dict (E(K8S_AUTH_KUBECONFIG)).
-    type: raw
-  context:
-    description: The kubeconfig context (E(K8S_AUTH_CONTEXT)).
-    type: str
-  host:
-    description: The API server URL (E(K8S_AUTH_HOST)).
-    type: str
-  api_key:
-    description: A bearer token (E(K8S_AUTH_API_KEY)); never logged.
-    type: str
-  ca_cert:
-    description: The API server's CA certificate file (E(K8S_AUTH_SSL_CA_CERT)).
-    type: path
-    aliases: [ssl_ca_cert]
-  validate_certs:
-    description: Verify the API server's certificate (E(K8S_AUTH_VERIFY_SSL)).
-    type: bool
-    aliases: [verify_ssl]
+extends_documentation_fragment:
+  - gpufleet.mig.k8s_auth
 attributes:
   check_mode:
     support: full
@@ -131,7 +113,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_client import KUBERNETES_ERROR, configuration
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_client import KUBERNETES_ERROR, configuration, connection_argument_spec
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fleet_lease import LeaseRecord, decide, lease_spec, observe, release_spec
 
 try:
@@ -223,12 +205,7 @@ def main():
             lease_duration=dict(type='int', default=1800),
             wait=dict(type='int', default=300),
             poll_interval=dict(type='int', default=5),
-            kubeconfig=dict(type='raw', no_log=True, fallback=(env_fallback, ['K8S_AUTH_KUBECONFIG'])),
-            context=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_CONTEXT'])),
-            host=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_HOST'])),
-            api_key=dict(type='str', no_log=True, fallback=(env_fallback, ['K8S_AUTH_API_KEY'])),
-            ca_cert=dict(type='path', aliases=['ssl_ca_cert'], fallback=(env_fallback, ['K8S_AUTH_SSL_CA_CERT'])),
-            validate_certs=dict(type='bool', aliases=['verify_ssl'], fallback=(env_fallback, ['K8S_AUTH_VERIFY_SSL'])),
+            **connection_argument_spec(env_fallback)
         ),
         supports_check_mode=True,
     )

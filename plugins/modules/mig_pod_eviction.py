@@ -67,26 +67,8 @@ options:
         pod whose eviction got no answer. V(0) tries each eviction once.
     type: int
     default: 120
-  kubeconfig:
-    description: Path to a kubeconfig file, or its content as a dict (E(K8S_AUTH_KUBECONFIG)).
-    type: raw
-  context:
-    description: The kubeconfig context (E(K8S_AUTH_CONTEXT)).
-    type: str
-  host:
-    description: The API server URL (E(K8S_AUTH_HOST)).
-    type: str
-  api_key:
-    description: A bearer token (E(K8S_AUTH_API_KEY)); never logged.
-    type: str
-  ca_cert:
-    description: The API server's CA certificate file (E(K8S_AUTH_SSL_CA_CERT)).
-    type: path
-    aliases: [ssl_ca_cert]
-  validate_certs:
-    description: Verify the API server's certificate (E(K8S_AUTH_VERIFY_SSL)).
-    type: bool
-    aliases: [verify_ssl]
+extends_documentation_fragment:
+  - gpufleet.mig.k8s_auth
 attributes:
   check_mode:
     support: full
@@ -212,7 +194,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_client import KUBERNETES_ERROR, configuration
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_client import KUBERNETES_ERROR, configuration, connection_argument_spec
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._eviction_pass import (
     ACCEPTED,
     Answer,
@@ -295,12 +277,7 @@ def main():
             )),
             dry_run=dict(type='bool', default=False),
             timeout=dict(type='int', default=120),
-            kubeconfig=dict(type='raw', no_log=True, fallback=(env_fallback, ['K8S_AUTH_KUBECONFIG'])),
-            context=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_CONTEXT'])),
-            host=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_HOST'])),
-            api_key=dict(type='str', no_log=True, fallback=(env_fallback, ['K8S_AUTH_API_KEY'])),
-            ca_cert=dict(type='path', aliases=['ssl_ca_cert'], fallback=(env_fallback, ['K8S_AUTH_SSL_CA_CERT'])),
-            validate_certs=dict(type='bool', aliases=['verify_ssl'], fallback=(env_fallback, ['K8S_AUTH_VERIFY_SSL'])),
+            **connection_argument_spec(env_fallback)
         ),
         supports_check_mode=True,
     )

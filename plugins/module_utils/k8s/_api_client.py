@@ -22,6 +22,20 @@ else:
     KUBERNETES_ERROR = None
 
 
+def connection_argument_spec(env_fallback):
+    """kubernetes.core's connection options (the same names, aliases and K8S_AUTH_* environment variables as its
+    plugins/module_utils/args_common.py AUTH_ARG_SPEC), documented by the gpufleet.mig.k8s_auth doc fragment.
+    ``env_fallback`` is Ansible's (ansible.module_utils.basic): this file imports no Ansible."""
+    return dict(
+        kubeconfig=dict(type='raw', no_log=True, fallback=(env_fallback, ['K8S_AUTH_KUBECONFIG'])),
+        context=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_CONTEXT'])),
+        host=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_HOST'])),
+        api_key=dict(type='str', no_log=True, fallback=(env_fallback, ['K8S_AUTH_API_KEY'])),
+        ca_cert=dict(type='path', aliases=['ssl_ca_cert'], fallback=(env_fallback, ['K8S_AUTH_SSL_CA_CERT'])),
+        validate_certs=dict(type='bool', aliases=['verify_ssl'], fallback=(env_fallback, ['K8S_AUTH_VERIFY_SSL'])),
+    )
+
+
 def configuration(params):
     """A client Configuration from kubernetes.core's connection options, resolved as kubernetes.core does
     (kubernetes.core plugins/module_utils/k8s/client.py, _create_configuration)."""
