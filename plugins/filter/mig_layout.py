@@ -99,11 +99,17 @@ def mig_layout_catalog(configs, name=None, document=False, source=None, gpus=Non
         validated = _checked(configs, name, document, source)
     except LayoutConfigError as exc:
         return {'name': name, 'configs': None, 'error': str(exc), 'matches': None}
-    checked = {'name': name, 'configs': validated, 'error': None, 'matches': None}
-    if name is not None and gpus is not None:
-        checked.update(matches=may_match_any(validated[name], gpus), device_filters=device_filters_text(validated[name]),
-                       models=sorted(set(' '.join(str(p) for p in (g.get('name'), g.get('pci_device_id')) if p) for g in gpus)))
-    return checked
+    return _matched({'name': name, 'configs': validated, 'error': None, 'matches': None}, gpus)
+
+
+def _matched(checked, gpus):
+    """``checked`` (a valid catalog check with its layout name) with whether that layout may match the known ``gpus``."""
+    name = checked['name']
+    if name is None or gpus is None:
+        return checked
+    layout = checked['configs'][name]
+    return dict(checked, matches=may_match_any(layout, gpus), device_filters=device_filters_text(layout),
+                models=sorted(set(' '.join(str(p) for p in (g.get('name'), g.get('pci_device_id')) if p) for g in gpus)))
 
 
 def mig_layout_host_gpus(decision):
@@ -111,12 +117,30 @@ def mig_layout_host_gpus(decision):
     return known_gpus(decision)
 
 
-def mig_layout_preflight(checks, hosts):
+def mig_layout_host_gpus_changed(hosts, hostvars):
+    """The hosts of ``hosts`` whose decision (``mig_layout__decision``) succeeded and reported other GPUs than the
+    ``mig_layout_host_gpus`` they keep: the only ones the rollout sets that fact on again (a no-op sets none)."""
+    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
+    changed = []
+    for host in hosts:
+        facts = raw(host)
+        decision = facts.get('mig_layout__decision')
+        if isinstance(decision, dict) and not decision.get('failed') and not decision.get('unreachable') \
+                and known_gpus(decision) != facts.get('mig_layout_host_gpus'):
+            changed.append(host)
+    return changed
+
+
+def mig_layout_preflight(checks, hosts, hostvars=None):
     """The one line that stops the run before any host is touched, or '' when every check passed.
 
     ``checks``: each host's result of mig_layout_catalog (or any {'error'}), in the order of ``hosts``. The same
-    problem is reported once, with the hosts it concerns ("every host" when all of them).
+    problem is reported once, with the hosts it concerns ("every host" when all of them). With ``hostvars``, a
+    valid check made while its host's GPUs were unknown is completed from the nvidia_mig facts read since (the
+    pre-flight's read): one pass on the controller instead of a second catalog check per host.
     """
+    if hostvars is not None:
+        checks = [_read_since(check, host, hostvars) for host, check in zip(hosts, checks)]
     by_error = {}
     order = []
     for host, check in zip(hosts, checks):
@@ -142,6 +166,15 @@ def mig_layout_preflight(checks, hosts):
                      'it would be declared everywhere and applied nowhere; check its device-filter, devices and %s'
                      % (', '.join(names) or '', ' | '.join(filters) or 'unknown', ', '.join(models) or 'none', MEMORY_SLICES_KEY))
     return ('Nothing was changed: ' + ' | '.join(parts)) if parts else ''
+
+
+def _read_since(check, host, hostvars):
+    """``check`` completed with the GPUs of the nvidia_mig facts read since it was made, where it lacked them."""
+    if not check or check.get('matches') is not None or not check.get('configs'):
+        return check
+    # raw_get: the facts as the module returned them, not templated again (ansible/vars/hostvars.py).
+    facts = getattr(hostvars, 'raw_get', hostvars.__getitem__)(host).get('nvidia_mig')
+    return _matched(check, known_gpus(facts)) if facts else check
 
 
 # Role variables renamed after the module options they feed (old name: new name). The old ones shipped in 0.2.0;
@@ -258,5 +291,6 @@ class FilterModule(object):
             'mig_layout_fleet_plan': mig_layout_fleet_plan,
             'mig_layout_instances': mig_layout_instances,
             'mig_layout_host_gpus': mig_layout_host_gpus,
+            'mig_layout_host_gpus_changed': mig_layout_host_gpus_changed,
             'mig_layout_renamed': mig_layout_renamed,
         }

@@ -207,6 +207,13 @@ def ansible_playbook(state_dir, cache_dir, *args):
                           universal_newlines=True, timeout=600, check=False)
 
 
+def cached_facts(path):
+    """A host's facts in the jsonfile cache (ansible-core 2.19 keeps them as a JSON document in "__payload__")."""
+    with open(path) as handle:
+        stored = json.load(handle)
+    return json.loads(stored['__payload__']) if isinstance(stored.get('__payload__'), str) else stored
+
+
 PREFLIGHT_READ = 'Read the GPUs of the hosts whose GPUs the controller does not know yet (no fact cache)'
 
 
@@ -236,8 +243,10 @@ def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_flee
     # One file per host (ansible-core 2.19 prefixes the names with the cache's schema, s1_).
     files = dict((name.split('_', 1)[-1], name) for name in os.listdir(cache))
     assert sorted(files) == sorted(HOSTS)
-    with open(os.path.join(cache, files['sim-h200-01'])) as handle:
-        assert '0x233510DE' in handle.read()
+    refused_host = cached_facts(os.path.join(cache, files['sim-h200-01']))
+    assert '0x233510DE' in json.dumps(refused_host['nvidia_mig']) and 'mig_layout_host_gpus' not in refused_host
+    # The rollout kept the GPUs its decision told on the host it matched (its next pre-flight needs no read there).
+    assert '0x20B710DE' in json.dumps(cached_facts(os.path.join(cache, files['sim-a30-01']))['mig_layout_host_gpus'])
     # With the cache: refused by the first check, before the read is even scheduled.
     refused = ansible_playbook(daytime_fleet, cache, '-e', nowhere)
     assert refused.returncode == 2 and message in refused.stdout, refused.stdout[-3000:]

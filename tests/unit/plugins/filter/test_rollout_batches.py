@@ -28,7 +28,7 @@ _BATCHES = r'''
 import json, sys
 from ansible import context
 from ansible.module_utils.common.collections import ImmutableDict
-context.CLIARGS = ImmutableDict(check=sys.argv[1] == 'check', diff=False, verbosity=0, forks=10, extra_vars=tuple(sys.argv[4:]))
+context.CLIARGS = ImmutableDict(check=sys.argv[1] == 'check', diff=False, verbosity=0, forks=10, extra_vars=tuple(sys.argv[5:]))
 from ansible.executor.playbook_executor import PlaybookExecutor
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
@@ -46,17 +46,22 @@ for host in hosts:
 variables = VariableManager(loader=loader, inventory=inventory)
 plays = Playbook.load(sys.argv[2] + '/ansible_collections/gpufleet/mig/playbooks/mig_layout.yml', variable_manager=variables,
                       loader=loader).get_plays()
-rollout = [play for play in plays if play.name == 'Roll out the MIG layout'][0]
+rollout = [play for play in plays if play.name == sys.argv[4]][0]
 rollout.post_validate(Templar(loader=loader, variables=variables.get_vars(play=rollout)))
 executor = PlaybookExecutor(playbooks=[], inventory=inventory, variable_manager=variables, loader=loader, passwords={})
 print(json.dumps([len(batch) for batch in executor._get_serialized_batches(rollout)]))
 '''
 
 
-def rollout_batches(mode, *extra_vars):
-    """The batch sizes of the rollout play over HOSTS hosts, as ansible-playbook [--check] -e EXTRA_VARS cuts them."""
+ROLLOUT = 'Roll out the MIG layout'
+PREFLIGHT = 'Pre-flight - check the settings and the layout catalog before any host is touched'
+
+
+def rollout_batches(mode, *extra_vars, **play):
+    """The batch sizes of the rollout play (or ``play=`` another play of playbooks/mig_layout.yml) over HOSTS hosts,
+    as ansible-playbook [--check] -e EXTRA_VARS cuts them."""
     env = dict((name, value) for name, value in os.environ.items() if name not in ('PYTHONPATH', 'ANSIBLE_CONFIG'))
-    done = subprocess.run([sys.executable, '-c', _BATCHES, mode, COLLECTIONS_ROOT, str(HOSTS)] + list(extra_vars),
+    done = subprocess.run([sys.executable, '-c', _BATCHES, mode, COLLECTIONS_ROOT, str(HOSTS), play.get('play', ROLLOUT)] + list(extra_vars),
                           cwd=COLLECTION, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -73,3 +78,11 @@ def test_a_dry_run_is_one_batch_of_every_host_whatever_mig_layout_serial():
     assert rollout_batches('check') == [HOSTS]
     assert rollout_batches('check', 'mig_layout_serial=25%') == [HOSTS]
     assert rollout_batches('check', '{"mig_layout_serial": [1, 5, "50%"]}') == [HOSTS]
+
+
+def test_the_preflight_is_one_batch_of_every_host_whatever_mig_layout_serial():
+    """Its run_once checks (the catalog, a layout matching no GPU of the fleet) see every host before any is touched."""
+    assert rollout_batches('run', play=PREFLIGHT) == [HOSTS]
+    assert rollout_batches('run', 'mig_layout_serial=5', play=PREFLIGHT) == [HOSTS]
+    assert rollout_batches('run', '{"mig_layout_serial": [1, 5, "50%"]}', play=PREFLIGHT) == [HOSTS]
+    assert rollout_batches('check', 'mig_layout_serial=25%', play=PREFLIGHT) == [HOSTS]

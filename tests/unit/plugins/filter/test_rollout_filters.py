@@ -203,6 +203,38 @@ def test_preflight_refuses_a_layout_no_known_gpu_of_any_host_matches():
     assert FILTERS['mig_layout_preflight']([nowhere, unknown], ['a', 'b']) == ''
 
 
+class RawHostvars(dict):
+    """ansible-core's HostVars as the pre-flight filter reads it: raw_get(host), the host's variables untemplated."""
+
+    def raw_get(self, host):
+        return self[host]
+
+
+def test_preflight_completes_the_checks_made_before_the_gpus_were_read():
+    """The pre-flight's second check, once on the controller: each host's first check (its GPUs unknown then)
+    completed with the nvidia_mig facts read since; a check that knew its GPUs keeps its answer."""
+    layout = {'n': [{'devices': 'all', 'device-filter': '0xDEADBEEF', 'mig-enabled': True, 'mig-devices': {'1g': 1}}]}
+    a100_facts = {'gpus': [{'index': 0, 'name': 'NVIDIA A100-SXM4-80GB', 'pci_device_id': '0x20B210DE', 'mig_capable': True},
+                           {'index': 1, 'name': 'NVIDIA L40S', 'pci_device_id': '0x26B910DE', 'mig_capable': False}]}
+    unknown = FILTERS['mig_layout_catalog'](layout, 'n')
+    read = RawHostvars(a={'nvidia_mig': a100_facts}, b={'nvidia_mig': a100_facts}, c={})
+    refusal = ('Nothing was changed: layout n (device-filters: entry 0 0xDEADBEEF) matches no GPU of any host of the '
+               'play (their MIG-capable GPUs: NVIDIA A100-SXM4-80GB 0x20B210DE): it would be declared everywhere and '
+               'applied nowhere; check its device-filter, devices and gpufleet-memory-slices')
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], read) == refusal
+    # Without hostvars the same checks may match (the first check, before the read).
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b']) == ''
+    # A host that could not be read (no facts) may still match: no refusal.
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'c'], read) == ''
+    # A check that knew its host's GPUs is not read again: here it matched, so nothing is refused.
+    assert FILTERS['mig_layout_preflight']([unknown, dict(unknown, matches=True)], ['a', 'b'], read) == ''
+    # A catalog problem is told as it was, whatever was read.
+    broken = {'name': 'n', 'configs': None, 'error': 'layout n is wrong', 'matches': None}
+    assert FILTERS['mig_layout_preflight']([broken, unknown], ['a', 'b'], read) == 'Nothing was changed: layout n is wrong [a]'
+    # A plain mapping (no raw_get) is read the same way.
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], dict(read)) == refusal
+
+
 def test_a_catalog_file_the_lookup_could_not_read_is_one_line_told_once_for_every_host():
     """validate.yml reads the file with errors='ignore': the lookup gives None, and the pre-flight tells it once."""
     checked = FILTERS['mig_layout_catalog'](None, 'nighttime', True, 'site/missing.yml')
@@ -212,3 +244,20 @@ def test_a_catalog_file_the_lookup_could_not_read_is_one_line_told_once_for_ever
         'mig_layout_config_file is a path on the controller, absolute or relative to the playbook')
     assert FILTERS['mig_layout_preflight']([checked] * 3, ['a', 'b', 'c']) == (
         'Nothing was changed: %s [every host of the play]' % checked['error'])
+
+
+def test_the_rollout_keeps_the_gpus_only_of_the_hosts_whose_decision_told_new_ones():
+    """playbooks/mig_layout.yml sets mig_layout_host_gpus on these hosts only: a decision that succeeded and reported
+    other GPUs than the host keeps; a failed or unreachable decision, or none (a host not reached), keeps the old."""
+    kept = FILTERS['mig_layout_host_gpus'](A100_DECISION)
+    hostvars = RawHostvars(
+        known={'mig_layout__decision': A100_DECISION, 'mig_layout_host_gpus': kept},
+        new={'mig_layout__decision': A100_DECISION},
+        moved={'mig_layout__decision': A100_DECISION, 'mig_layout_host_gpus': kept[:1]},
+        failed={'mig_layout__decision': dict(A100_DECISION, failed=True)},
+        lost={'mig_layout__decision': {'unreachable': True, 'msg': 'gone'}},
+        untouched={'mig_layout_host_gpus': kept},
+    )
+    hosts = ['known', 'new', 'moved', 'failed', 'lost', 'untouched']
+    assert FILTERS['mig_layout_host_gpus_changed'](hosts, hostvars) == ['new', 'moved']
+    assert FILTERS['mig_layout_host_gpus_changed'](hosts, dict(hostvars)) == ['new', 'moved']
