@@ -40,7 +40,8 @@ LAYOUTS = {
     'off': None,
 }
 MODES = ['in_place', 'drain', 'fallback']
-PROPERTY = settings(max_examples=120, deadline=None, derandomize=True)
+# No example database (.hypothesis/): the found examples are kept as @example and plain tests, and the checkout stays clean.
+PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None)
 
 
 def _gpu(index, starts, mig=True):
