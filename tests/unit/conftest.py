@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
+import tempfile
 
 import pytest
 
@@ -27,6 +29,11 @@ except ImportError:  # ansible-core before 2.19 (make floor-test): the module re
 
 # The NVML simulator (simulator/, outside the collection's plugins) importable by every unit test.
 simulator_on_path()
+
+# Hypothesis keeps its caches in .hypothesis/ of the working directory (hypothesis/configuration.py reads
+# HYPOTHESIS_STORAGE_DIRECTORY first; the property test modules are imported after this file): outside the
+# checkout, which the collection build packs.
+os.environ.setdefault('HYPOTHESIS_STORAGE_DIRECTORY', os.path.join(tempfile.gettempdir(), 'gpufleet-mig-hypothesis'))
 
 
 class ModuleExit(SystemExit):
