@@ -57,6 +57,14 @@ _UUID_ID = re.compile(r'^(GPU|MIG)-')
 _GPU_INDEX_ID = re.compile(r'^[0-9]+$')
 
 
+def renamed_gpu_id(device_id):
+    """Whether an id under a resource name that is no GPU resource's (a renamed one) surely names a GPU or MIG
+    device: a ``GPU-``/``MIG-`` UUID or a ``<gpu>:<mig device>`` index id (replica suffix ignored). A plain number
+    may be any vendor's device, so it is not taken for a GPU index."""
+    bare = strip_replica(device_id)
+    return bool(_UUID_ID.match(bare) or _INDEX_ID.match(bare))
+
+
 def _gpu_shaped(device_id):
     """Whether a device id has the form of a GPU's or MIG device's id (replica suffix ignored), whatever its resource."""
     bare = strip_replica(device_id)
@@ -190,7 +198,7 @@ def allocations_of(host, pod_devices, pid_pods=None):
             bare = strip_replica(device_id)
             place = by_id.get(device_id) or by_id.get(bare)
             if place is None:
-                if named_gpu or _UUID_ID.match(bare) or _INDEX_ID.match(bare):
+                if named_gpu or renamed_gpu_id(bare):
                     unknown.append('%s (%s of pod %s)' % (device_id, allocation['resource'], _pod_name(allocation)))
                 continue
             _hold(result, place, _pod_name(allocation), index_id=bool(_INDEX_ID.match(bare)))
