@@ -15,8 +15,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_handover import HandoverError
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import renamed_gpu_id
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import is_gpu_resource, is_shared_resource, strip_replica
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
+    is_gpu_resource,
+    is_shared_resource,
+    renamed_gpu_id,
+    strip_replica,
+)
 
 
 def _base_resource(name):

@@ -36,7 +36,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources_wi
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
     DRA_GPU_DRIVER,
     WHOLE_GPU,
+    INDEX_DEVICE_ID as _INDEX_ID,
+    UUID_DEVICE_ID as _UUID_ID,
     is_gpu_resource,
+    renamed_gpu_id,
     resource_of_profile,
     strip_replica,
 )
@@ -49,20 +52,7 @@ class UnknownDeviceIds(Exception):
     """The kubelet names devices that match nothing on this host: which instances pods hold is unknown."""
 
 
-# deviceIDStrategy index: '<gpu index>:<MIG device index>', a position in the GPU's list of MIG devices.
-_INDEX_ID = re.compile(r'^[0-9]+:[0-9]+$')
-# The ids NVIDIA's device plugin gives a GPU or MIG device (api/config/v1 deviceIDStrategy uuid and index):
-# 'GPU-<uuid>', 'MIG-<uuid>' (or the older 'MIG-GPU-<uuid>/<gi>/<ci>'), '<gpu>:<mig device>', '<gpu>'.
-_UUID_ID = re.compile(r'^(GPU|MIG)-')
 _GPU_INDEX_ID = re.compile(r'^[0-9]+$')
-
-
-def renamed_gpu_id(device_id):
-    """Whether an id under a resource name that is no GPU resource's (a renamed one) surely names a GPU or MIG
-    device: a ``GPU-``/``MIG-`` UUID or a ``<gpu>:<mig device>`` index id (replica suffix ignored). A plain number
-    may be any vendor's device, so it is not taken for a GPU index."""
-    bare = strip_replica(device_id)
-    return bool(_UUID_ID.match(bare) or _INDEX_ID.match(bare))
 
 
 def _gpu_shaped(device_id):
