@@ -135,7 +135,8 @@ ansible_facts:
         kubelet_allocatable:
           description:
             - The device ids the kubelet lists per GPU resource (C(nvidia.com/gpu), C(nvidia.com/mig-<profile>), either
-              also C(.shared)), sorted; a shared device once per replica (C(<id>::<n>)). Resources that are no GPU's
+              also C(.shared)), sorted; a shared device once per replica (C(<id>::<n>)). A resource under another
+              name (the device_plugin role's C(rename)) is listed when its ids name GPU or MIG devices; other resources
               are left out.
           returned: when O(kubelet_allocatable=true)
           type: dict

@@ -30,9 +30,12 @@ every plugin socket). SIGTERM or SIGINT: stop, remove the sockets and the status
 The mode file (--mode-file, JSON, read at each enumeration; absent: the defaults) sets what the
 cluster checks need of a plugin: "device_id_strategy": "uuid" (default) or "index" (NVIDIA's
 deviceIDStrategy index: '<gpu index>:<MIG device index>', the position in the GPU's list of MIG
-devices), and "keep_destroyed": true makes every enumeration keep advertising the ids of the one
+devices), "keep_destroyed": true makes every enumeration keep advertising the ids of the one
 before that are gone (a plugin that still advertises destroyed instances: counts stay high, the
-id sets do not match).
+id sets do not match), and "time_slicing": [{"name", "replicas", "rename"}] (the device_plugin
+role's device_plugin_time_slicing entries) advertises each device of resource ``name`` once per
+replica as '<id>::<n>', under ``rename`` when given (e.g. nvidia.com/small-gpu), with the bare ids in
+NVIDIA_VISIBLE_DEVICES.
 
 The status file (JSON, replaced atomically) says {"state": "starting" | "serving" | "paused" |
 "waiting-for-kubelet", "label": the label's value, "resources": {resource: [ids]} being served,
@@ -159,7 +162,23 @@ def enumerate_devices(state_path=None):
         pynvml.nvmlShutdown()
 
 
-DEFAULT_MODE = {'device_id_strategy': 'uuid', 'keep_destroyed': False}
+DEFAULT_MODE = {'device_id_strategy': 'uuid', 'keep_destroyed': False, 'time_slicing': []}
+# NVIDIA's plugin marks each replica of a shared device '<id>::<n>' (api/config/v1 AnnotatedID).
+REPLICA_SEPARATOR = '::'
+
+
+def _time_slicing_problem(entries):
+    """Why the mode's time_slicing (the device_plugin role's device_plugin_time_slicing entries: name, replicas,
+    rename) is not usable, or None."""
+    if not isinstance(entries, list):
+        return 'time_slicing must be a list of {name, replicas, rename}'
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) - {'name', 'replicas', 'rename'} or 'name' not in entry:
+            return 'time_slicing entry %r is not {name, replicas[, rename]}' % (entry,)
+        replicas = entry.get('replicas')
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
+            return 'time_slicing entry %r: replicas must be a whole number >= 2' % (entry,)
+    return None
 
 
 def read_mode(path):
@@ -174,6 +193,9 @@ def read_mode(path):
         mode.update(given)
     if mode['device_id_strategy'] not in ('uuid', 'index'):
         raise ValueError('mode file %s: device_id_strategy must be uuid or index, not %r' % (path, mode['device_id_strategy']))
+    problem = _time_slicing_problem(mode['time_slicing'])
+    if problem:
+        raise ValueError('mode file %s: %s' % (path, problem))
     return mode
 
 
@@ -184,6 +206,16 @@ def advertised(devices, mode, before=None):
     strategy = mode['device_id_strategy']
     resources = dict((resource, [device[strategy] for device in found]) for resource, found in devices.items())
     names = dict((device[strategy], device['uuid']) for found in devices.values() for device in found)
+    # Time-slicing as NVIDIA's plugin does it: each device once per replica ('<id>::<n>'), under ``rename`` when given.
+    for entry in mode.get('time_slicing') or []:
+        ids = resources.pop(entry['name'], None)
+        if ids is None:
+            continue
+        shared = resources.setdefault(entry.get('rename') or entry['name'], [])
+        for device_id in ids:
+            for replica in range(entry['replicas']):
+                shared.append('%s%s%d' % (device_id, REPLICA_SEPARATOR, replica))
+                names[shared[-1]] = names[device_id]
     if mode['keep_destroyed']:
         for resource, ids in (before or {}).items():
             current = resources.setdefault(resource, [])
@@ -217,7 +249,13 @@ def list_and_watch_response(device_ids):
 def allocate_response(container_device_ids):
     containers = []
     for device_ids in container_device_ids:
-        env = wire.encode_message([(1, VISIBLE_DEVICES_ENV), (2, ','.join(device_ids))])  # one map entry
+        # The devices themselves, once each: a shared replica's id less its '::<n>'.
+        visible = []
+        for device_id in device_ids:
+            bare = device_id.split(REPLICA_SEPARATOR, 1)[0]
+            if bare not in visible:
+                visible.append(bare)
+        env = wire.encode_message([(1, VISIBLE_DEVICES_ENV), (2, ','.join(visible))])  # one map entry
         containers.append(wire.encode_message([(1, [env])]))
     return wire.encode_message([(1, containers)])
 
@@ -491,7 +529,7 @@ def main(argv):
     parser.add_argument('--token-file')
     parser.add_argument('--status-file')
     parser.add_argument('--poll', type=float, default=1.0, help='seconds between two looks at the node label')
-    parser.add_argument('--mode-file', help='JSON settings read at each enumeration (device_id_strategy, keep_destroyed)')
+    parser.add_argument('--mode-file', help='JSON settings read at each enumeration (device_id_strategy, keep_destroyed, time_slicing)')
     args = parser.parse_args(argv)
     if args.list:
         print(json.dumps(enumerate_resources(), indent=1, sort_keys=True))

@@ -168,11 +168,32 @@ def test_device_plugin_advertises_by_the_mode():
     assert resources == {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-c', 'MIG-b'], 'nvidia.com/mig-3g.40gb': ['MIG-d']}
 
 
+def test_device_plugin_time_slicing_renames_and_replicates():
+    """The device_plugin role's rename: each MIG device of the profile once per replica, under the new name; the
+    container sees the bare MIG UUID once."""
+    devices = {'nvidia.com/mig-1g.10gb': [{'uuid': 'MIG-a', 'index': '0:0'}], 'nvidia.com/mig-3g.40gb': [{'uuid': 'MIG-d', 'index': '0:1'}]}
+    mode = dict(device_plugin.DEFAULT_MODE, time_slicing=[{'name': 'nvidia.com/mig-1g.10gb', 'replicas': 2, 'rename': 'nvidia.com/small-gpu'}])
+    resources, names = device_plugin.advertised(devices, mode)
+    assert resources == {'nvidia.com/small-gpu': ['MIG-a::0', 'MIG-a::1'], 'nvidia.com/mig-3g.40gb': ['MIG-d']}
+    assert names['MIG-a::1'] == 'MIG-a' and names['MIG-d'] == 'MIG-d'
+    without_rename = dict(mode, time_slicing=[{'name': 'nvidia.com/mig-1g.10gb', 'replicas': 3}])
+    assert device_plugin.advertised(devices, without_rename)[0]['nvidia.com/mig-1g.10gb'] == ['MIG-a::0', 'MIG-a::1', 'MIG-a::2']
+    response = device_plugin.wire.decode_message(device_plugin.allocate_response([['MIG-a::1', 'MIG-a::0', 'MIG-d']]))
+    container = device_plugin.wire.field_messages(response, 1)[0]
+    env = device_plugin.wire.field_messages(container, 1)[0]
+    assert device_plugin.wire.field_strings(env, 2) == ['MIG-a,MIG-d']
+
+
 def test_device_plugin_mode_file(tmp_path):
     path = tmp_path / 'mode.json'
     assert device_plugin.read_mode(str(path)) == device_plugin.DEFAULT_MODE
     path.write_text(json.dumps({'device_id_strategy': 'index'}))
-    assert device_plugin.read_mode(str(path)) == {'device_id_strategy': 'index', 'keep_destroyed': False}
+    assert device_plugin.read_mode(str(path)) == {'device_id_strategy': 'index', 'keep_destroyed': False, 'time_slicing': []}
+    for bad in ({'name': 'nvidia.com/mig-1g.10gb', 'replicas': 1}, {'name': 'nvidia.com/mig-1g.10gb', 'replicas': True},
+                {'replicas': 2}, {'name': 'nvidia.com/mig-1g.10gb', 'replicas': 2, 'renameto': 'x'}):
+        path.write_text(json.dumps({'time_slicing': [bad]}))
+        with pytest.raises(ValueError, match='time_slicing entry'):
+            device_plugin.read_mode(str(path))
     path.write_text(json.dumps({'device_id_strategy': 'position'}))
     with pytest.raises(ValueError, match='must be uuid or index'):
         device_plugin.read_mode(str(path))

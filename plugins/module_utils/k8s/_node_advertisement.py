@@ -15,7 +15,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_handover import HandoverError
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import is_gpu_resource, is_shared_resource, strip_replica
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
+    is_gpu_resource,
+    is_shared_resource,
+    renamed_gpu_id,
+    strip_replica,
+)
 
 
 def _base_resource(name):
@@ -30,7 +35,9 @@ class Advertisement(object):
     nvidia_mig_facts kubelet_allocatable). Counts are not enough: after 7x1g -> 4x1g a plugin that
     still advertises destroyed UUIDs passes a ``>=`` count. Only GPU resources count; a ``.shared``
     resource (time-slicing renamed) counts as its base resource and its replicas (``<id>::<n>``) as
-    the id they share.
+    the id they share. A resource under another name (the device_plugin role's ``rename``:
+    ``nvidia.com/small-gpu``) counts by id, as holding does (_pod_allocations): its ids that the GPUs hold count
+    for the resource that expects them, its other GPU or MIG ids (renamed_gpu_id) are stale under its own name.
     """
 
     def __init__(self, expected, advertised, strategy='uuid'):
@@ -40,10 +47,16 @@ class Advertisement(object):
         for resource, ids in (expected or {}).items():
             if is_gpu_resource(resource):
                 want.setdefault(_base_resource(resource), set()).update((ids or {}).get(strategy) or [])
+        expected_by_id = dict((device_id, resource) for resource, ids in want.items() for device_id in ids)
         have = {}
         for resource, ids in (advertised or {}).items():
             if is_gpu_resource(resource):
                 have.setdefault(_base_resource(resource), set()).update(strip_replica(i) for i in ids or [])
+                continue
+            for device_id in ids or []:
+                if renamed_gpu_id(device_id):
+                    bare = strip_replica(device_id)
+                    have.setdefault(expected_by_id.get(bare, resource), set()).add(bare)
         self.missing = dict((r, sorted(want[r] - have.get(r, set()))) for r in sorted(want) if want[r] - have.get(r, set()))
         self.stale = dict((r, sorted(have[r] - want.get(r, set()))) for r in sorted(have) if have[r] - want.get(r, set()))
 

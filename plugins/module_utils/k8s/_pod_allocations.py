@@ -36,7 +36,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources_wi
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import (
     DRA_GPU_DRIVER,
     WHOLE_GPU,
+    INDEX_DEVICE_ID as _INDEX_ID,
+    UUID_DEVICE_ID as _UUID_ID,
     is_gpu_resource,
+    renamed_gpu_id,
     resource_of_profile,
     strip_replica,
 )
@@ -49,11 +52,6 @@ class UnknownDeviceIds(Exception):
     """The kubelet names devices that match nothing on this host: which instances pods hold is unknown."""
 
 
-# deviceIDStrategy index: '<gpu index>:<MIG device index>', a position in the GPU's list of MIG devices.
-_INDEX_ID = re.compile(r'^[0-9]+:[0-9]+$')
-# The ids NVIDIA's device plugin gives a GPU or MIG device (api/config/v1 deviceIDStrategy uuid and index):
-# 'GPU-<uuid>', 'MIG-<uuid>' (or the older 'MIG-GPU-<uuid>/<gi>/<ci>'), '<gpu>:<mig device>', '<gpu>'.
-_UUID_ID = re.compile(r'^(GPU|MIG)-')
 _GPU_INDEX_ID = re.compile(r'^[0-9]+$')
 
 
@@ -190,7 +188,7 @@ def allocations_of(host, pod_devices, pid_pods=None):
             bare = strip_replica(device_id)
             place = by_id.get(device_id) or by_id.get(bare)
             if place is None:
-                if named_gpu or _UUID_ID.match(bare) or _INDEX_ID.match(bare):
+                if named_gpu or renamed_gpu_id(bare):
                     unknown.append('%s (%s of pod %s)' % (device_id, allocation['resource'], _pod_name(allocation)))
                 continue
             _hold(result, place, _pod_name(allocation), index_id=bool(_INDEX_ID.match(bare)))

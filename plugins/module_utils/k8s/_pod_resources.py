@@ -28,7 +28,7 @@ import os
 import stat
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources_wire import ProtobufError, parse_allocatable_response, parse_list_response
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import is_gpu_resource
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import is_gpu_resource, renamed_gpu_id
 
 DEFAULT_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock'
 
@@ -153,6 +153,7 @@ def allocatable_devices(socket_path=DEFAULT_SOCKET, timeout=5.0):
 
 def allocatable_gpu_device_ids(socket_path=DEFAULT_SOCKET, timeout=5.0):
     """``{GPU resource: sorted device ids}`` the kubelet's ``GetAllocatableResources`` lists (every id the device
-    plugins advertise now, replicas included); resources that are no GPU's left out. Raises PodResourcesUnavailable."""
+    plugins advertise now, replicas included); a renamed resource (the device_plugin role's ``rename``) is one whose
+    ids name GPU or MIG devices; other resources are left out. Raises PodResourcesUnavailable."""
     return dict((resource, sorted(ids)) for resource, ids in allocatable_devices(socket_path, timeout).items()
-                if is_gpu_resource(resource))
+                if is_gpu_resource(resource) or any(renamed_gpu_id(device_id) for device_id in ids))

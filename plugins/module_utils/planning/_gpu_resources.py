@@ -72,6 +72,21 @@ def _parts(name):
 _REPLICA_SUFFIX = re.compile(r'::[0-9]+\Z')
 
 
+# deviceIDStrategy index: '<gpu index>:<MIG device index>', a position in the GPU's list of MIG devices.
+INDEX_DEVICE_ID = re.compile(r'^[0-9]+:[0-9]+$')
+# The ids NVIDIA's device plugin gives a GPU or MIG device (api/config/v1 deviceIDStrategy uuid and index):
+# 'GPU-<uuid>', 'MIG-<uuid>' (or the older 'MIG-GPU-<uuid>/<gi>/<ci>'), '<gpu>:<mig device>', '<gpu>'.
+UUID_DEVICE_ID = re.compile(r'^(GPU|MIG)-')
+
+
+def renamed_gpu_id(device_id):
+    """Whether an id under a resource name that is no GPU resource's (a renamed one) surely names a GPU or MIG
+    device: a ``GPU-``/``MIG-`` UUID or a ``<gpu>:<mig device>`` index id (replica suffix ignored). A plain number
+    may be any vendor's device, so it is not taken for a GPU index."""
+    bare = strip_replica(device_id)
+    return bool(UUID_DEVICE_ID.match(bare) or INDEX_DEVICE_ID.match(bare))
+
+
 def strip_replica(device_id):
     """The device id a shared replica's id names (``MIG-...::3`` -> ``MIG-...``); other ids unchanged."""
     return _REPLICA_SUFFIX.sub('', device_id)

@@ -341,6 +341,24 @@ def test_exact_sets_match_by_strategy_shared_names_and_replicas():
     assert node_advertisement.Advertisement(EXPECTED, shared).matches
 
 
+def test_a_renamed_resource_counts_by_device_id():
+    """The device_plugin role's rename (time-slicing): the MIG devices advertised as nvidia.com/small-gpu, each once
+    per replica. Their ids count for the profile the GPUs hold them as; a gone MIG device under the new name is
+    stale; a renamed whole GPU's plain index, which any vendor's device may have, and other ids count for nothing."""
+    renamed = {'nvidia.com/small-gpu': ['MIG-%s::%d' % (u, r) for u in 'abcd' for r in range(2)], 'nvidia.com/hostdev': ['7']}
+    assert node_advertisement.Advertisement(EXPECTED, renamed).matches
+    index_renamed = {'nvidia.com/small-gpu': ['0:0', '0:1', '0:2', '0:3::1']}
+    assert node_advertisement.Advertisement(EXPECTED, index_renamed, 'index').matches
+    result = node_advertisement.Advertisement(EXPECTED, {'nvidia.com/small-gpu': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-e::0', '3']})
+    assert result.missing == {'nvidia.com/mig-1g.10gb': ['MIG-d']}
+    assert result.stale == {'nvidia.com/small-gpu': ['MIG-e']}
+    assert result.problem() == ('not advertised yet: nvidia.com/mig-1g.10gb MIG-d and still advertised although gone: '
+                                'nvidia.com/small-gpu MIG-e')
+    whole = {'nvidia.com/gpu': {'uuid': ['GPU-x'], 'index': ['0']}}
+    assert node_advertisement.Advertisement(whole, {'nvidia.com/small-gpu': ['0::0', '0::1']}, 'index').missing == {
+        'nvidia.com/gpu': ['0']}
+
+
 def test_a_profile_advertised_under_another_resource_is_both_missing_and_stale():
     result = node_advertisement.Advertisement(EXPECTED, {'nvidia.com/mig-2g.20gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']})
     assert result.missing == {'nvidia.com/mig-1g.10gb': ['MIG-a', 'MIG-b', 'MIG-c', 'MIG-d']}

@@ -548,9 +548,12 @@ def test_expected_device_ids_per_id_strategy():
 def test_allocatable_gpu_device_ids_from_a_real_grpc_server(kubelet):
     server = kubelet(allocatable_answer=pr_wire.encode_allocatable_response({
         'nvidia.com/mig-1g.10gb': [MIG_B, MIG_A], 'nvidia.com/gpu.shared': ['GPU-1::1', 'GPU-1::0'],
-        'nvidia.com/hostdev': ['0000:3b:00.2']}))
+        'nvidia.com/hostdev': ['0000:3b:00.2'], 'example.com/fpga': ['0', '1'],
+        # The device_plugin role's rename: MIG devices under another name, found by their ids.
+        'nvidia.com/small-gpu': ['%s::1' % MIG_C, '%s::0' % MIG_C]}))
     assert pr.allocatable_gpu_device_ids(server.path, timeout=5) == {
-        'nvidia.com/mig-1g.10gb': sorted([MIG_A, MIG_B]), 'nvidia.com/gpu.shared': ['GPU-1::0', 'GPU-1::1']}
+        'nvidia.com/mig-1g.10gb': sorted([MIG_A, MIG_B]), 'nvidia.com/gpu.shared': ['GPU-1::0', 'GPU-1::1'],
+        'nvidia.com/small-gpu': ['%s::0' % MIG_C, '%s::1' % MIG_C]}
     assert [call[0] for call in server.calls] == ['GetAllocatableResources']
 
 
