@@ -19,7 +19,6 @@ from __future__ import absolute_import, division, print_function
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -147,10 +146,6 @@ def advise_week(requests, options, max_switches):
     return targets(advice.document(), options.gpus), advice.switch_hours()
 
 
-def spread(values, form='%d'):
-    return '/'.join(form % v for v in (min(values), statistics.median(values), max(values)))
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
     parser.add_argument('--seeds', type=int, default=4, help='weeks advised (default %(default)s)')
@@ -197,8 +192,8 @@ def main(argv=None):
             figures = [row[position] for row in rows]
             print('%-36s %15s %15s %15s %15s' % (
                 {'static': '(a) static all-balanced', 'daynight': '(b) day/night'}.get(label, label),
-                spread([f[label] for f in figures]), spread([float(f[label]) / f['static'] for f in figures], '%.3f'),
-                spread([float(f[label]) / f['daynight'] for f in figures], '%.3f'), spread([f['requests'] for f in figures])))
+                demand.spread([f[label] for f in figures]), demand.spread([float(f[label]) / f['static'] for f in figures], '%.3f'),
+                demand.spread([float(f[label]) / f['daynight'] for f in figures], '%.3f'), demand.spread([f['requests'] for f in figures])))
     print('run time %.1f s' % (time.perf_counter() - started))
     return 0
 
