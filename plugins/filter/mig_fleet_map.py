@@ -39,11 +39,13 @@ options:
         with C(namespace), C(pod) and optionally C(container), or of strings C(namespace/pod) (or C(uid:<pod uid>)) as
         M(gpufleet.mig.nvidia_mig_facts) writes them.
       - GPUs that are not MIG-capable and GPUs with MIG disabled (whose C(profiles) may be empty) are shown as such.
-      - Instead of C(layout) and C(gpus), a record may carry C(summary), the RV(gpufleet.mig.nvidia_mig_facts#module:summary)
-        the host computed (O(gpufleet.mig.nvidia_mig_facts#module:summary=true)); its GPUs are drawn as they are,
-        without recomputing them, so a fleet's whole facts need not reach the controller (C(playbooks/mig_report.yml)
-        does so).
+      - Instead of C(layout) and C(gpus), a record may carry C(summary), the
+        RV(gpufleet.mig.nvidia_mig_facts#module:ansible_facts.nvidia_mig_summary) the host computed
+        (O(gpufleet.mig.nvidia_mig_facts#module:summary=true)); its GPUs are drawn as they are, without recomputing
+        them, so a fleet's whole facts need not reach the controller (C(playbooks/mig_report.yml) does so).
       - A record may carry C(failed), a reason, instead of C(gpus) for a host whose facts could not be read.
+      - A record may carry C(stale), a reason (facts drawn from a fact cache that are too old); the host is listed
+        among those that need attention (V(stale)), its GPUs drawn as the cache has them.
       - A record may carry C(plan), a dict with C(layout) (the planned layout name) and C(gpus) (the C(gpus) of
         M(gpufleet.mig.nvidia_mig_layout) run with O(gpufleet.mig.nvidia_mig_layout#module:apply=false)).
     type: list
@@ -113,6 +115,7 @@ _value:
 '''
 
 import base64
+import datetime
 import hashlib
 import re
 
@@ -122,6 +125,8 @@ from ansible.module_utils.six import string_types
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import (
     MODES,
     MapInputError,
+    age_text,
+    cached_record,
     gpu_view,
     is_int,
     require,
@@ -485,6 +490,7 @@ def _host_view(record, position):
         raise MapInputError('host record %d: host must be a non-empty inventory name, got %r' % (position, host))
     where = 'host %s' % host
     failed = require(record, 'failed', string_types, where, 'a reason (string) or null', optional=True)
+    stale = require(record, 'stale', string_types, where, 'a reason (string) or null', optional=True)
     summary = require(record, 'summary', (dict,), where, 'a dict (nvidia_mig_facts summary)', optional=True)
     if summary is not None:
         # The host computed its GPUs' views (nvidia_mig_facts summary: true): read back, not recomputed.
@@ -501,7 +507,7 @@ def _host_view(record, position):
     plan = require(record, 'plan', (dict,), where, 'a dict {layout, gpus} (nvidia_mig_layout with apply=false)', optional=True)
     if plan is not None:
         _attach_plan(views, plan, where)
-    return {'host': host, 'layout': layout, 'failed': failed, 'gpus': views,
+    return {'host': host, 'layout': layout, 'failed': failed, 'stale': stale, 'gpus': views,
             'planned_layout': plan.get('layout') if plan else None}
 
 
@@ -628,6 +634,7 @@ def _totals(hosts, attention):
 # The states of the attention list, in the order they are listed.
 ATTENTION_STATES = (
     ('failed', 'failed'),
+    ('stale', 'stale facts'),
     ('out-of-layout', 'out of layout'),
     ('unmatched', 'unmatched'),
     ('fragmented', 'fragmented'),
@@ -673,6 +680,9 @@ def attention_list(hosts, fragmentation_above, stranded_above):
         if host['failed'] is not None:
             rows.append({'host': host['host'], 'gpu': None, 'model': '', 'anchor': host['dom_id'],
                          'states': ['failed'], 'why': ['facts not read: %s' % host['failed']]})
+        if host['stale'] is not None:
+            rows.append({'host': host['host'], 'gpu': None, 'model': '', 'anchor': host['dom_id'],
+                         'states': ['stale'], 'why': [host['stale']]})
         for gpu in host['gpus']:
             found = gpu_attention(host, gpu, fragmentation_above, stranded_above)
             if found:
@@ -924,7 +934,9 @@ PART_PREFIX = 'mig_report_part_'
 
 def mig_report_records(hosts, hostvars, plan_layout=None):
     """One map record per host of ``hosts`` that ran the report: {host, summary[, plan]} from the registered
-    ``mig_report_host`` (nvidia_mig_facts with summary: true), or {host, failed} from ``mig_report_failed``."""
+    ``mig_report_host`` (nvidia_mig_facts with summary: true: its fact ``nvidia_mig_summary``), or {host, failed} from
+    ``mig_report_failed``. The registered result, not the fact: a fact cache may hold the fact of a host this run did
+    not read (another slice, a host left out by --limit)."""
     records = []
     # raw_get: the host's variables as they are. The results read here are plain data the modules returned, and
     # templating each host's (hostvars[host].get) walks every one of them again (ansible/vars/hostvars.py).
@@ -932,15 +944,41 @@ def mig_report_records(hosts, hostvars, plan_layout=None):
     for host in hosts:
         facts = raw(host)
         failed = facts.get('mig_report_failed')
-        result = facts.get('mig_report_host')
+        summary = ((facts.get('mig_report_host') or {}).get('ansible_facts') or {}).get('nvidia_mig_summary')
         if failed:
             records.append({'host': host, 'failed': str(failed)})
-        elif isinstance(result, dict) and isinstance(result.get('summary'), dict):
-            record = {'host': host, 'summary': result['summary']}
+        elif isinstance(summary, dict):
+            record = {'host': host, 'summary': summary}
             plan = facts.get('mig_report_plan')
             if plan_layout is not None and isinstance(plan, dict) and isinstance(plan.get('gpus'), list):
                 record['plan'] = {'layout': plan_layout, 'gpus': plan['gpus']}
             records.append(record)
+    return records
+
+
+def _utc(moment):
+    """A naive UTC datetime of ``now(utc=true)`` (naive, or aware in any zone)."""
+    if not isinstance(moment, datetime.datetime):
+        raise _error('now must be a datetime (now(utc=true)), got %r' % (moment,))
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return moment
+
+
+def mig_report_cached_records(hosts, hostvars, now, max_age=86400):
+    """One map record per host of ``hosts`` from the fact cache, contacting none: {host, summary, read_at, age[, stale]}
+    from its cached ``nvidia_mig_summary`` (stale: older than ``max_age`` seconds at ``now``), or {host, failed} where
+    the cache has no usable summary (planning/_gpu_summary.py, cached_record)."""
+    now = _utc(now)
+    max_age = _number(max_age, 'max_age', (int,))
+    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
+    records = []
+    for host in hosts:
+        facts = raw(host)
+        fact = facts.get('nvidia_mig_summary')
+        if fact is None:
+            fact = (facts.get('ansible_facts') or {}).get('nvidia_mig_summary')
+        records.append(cached_record(host, fact, now, max_age))
     return records
 
 
@@ -951,6 +989,9 @@ def mig_report_lines(records):
         if 'summary' in record:
             summary = record['summary']
             lines[record['host']] = ['declared layout: %s' % (summary.get('layout') or 'none')] + list(summary.get('lines') or [])
+            if 'read_at' in record:
+                lines[record['host']].insert(0, record.get('stale') or 'facts read %s, %s ago (fact cache)' % (
+                    record['read_at'], age_text(max(record.get('age') or 0, 0))))
         else:
             lines[record['host']] = ['facts not read: %s' % record.get('failed')]
     return lines
@@ -966,10 +1007,17 @@ def mig_report_totals(records):
             totals[key] += int((summary.get('totals') or {}).get(key) or 0)
         if 'summary' in record:
             layouts.add(summary.get('layout') or 'none')
-    return ('%d host(s), %d GPU(s), %d with MIG enabled, %d not in their declared layout, %d GPU instance(s), %d free and '
+    line = ('%d host(s), %d GPU(s), %d with MIG enabled, %d not in their declared layout, %d GPU instance(s), %d free and '
             '%d stranded memory slice(s); layouts: %s' % (
                 len(records), totals['gpus'], totals['mig_enabled'], totals['out_of_layout'], totals['instances'],
                 totals['free_slices'], totals['stranded_slices'], ', '.join(sorted(layouts)) or '-'))
+    ages = [record['age'] for record in records if 'read_at' in record]
+    if any(record.get('source') == 'cache' for record in records):
+        # A report from the fact cache: how old the facts are, how many are stale and how many hosts it lacks.
+        line += '; from the fact cache: facts %s to %s old, %d host(s) with stale facts, %d without cached facts' % (
+            age_text(max(min(ages), 0)) if ages else '-', age_text(max(ages + [0])) if ages else '-',
+            len([record for record in records if record.get('stale')]), len([record for record in records if 'failed' in record]))
+    return line
 
 
 def mig_report_part(records, job_id):
@@ -1000,6 +1048,7 @@ class FilterModule(object):
         return {
             'mig_fleet_map': mig_fleet_map,
             'mig_report_records': mig_report_records,
+            'mig_report_cached_records': mig_report_cached_records,
             'mig_report_lines': mig_report_lines,
             'mig_report_totals': mig_report_totals,
             'mig_report_part': mig_report_part,

@@ -34,10 +34,13 @@ options:
     default: /etc/gpufleet-mig/layout.json
   summary:
     description:
-      - Return only RV(summary), what C(playbooks/mig_report.yml) and the fleet map (P(gpufleet.mig.mig_fleet_map#filter))
-        need of each GPU, computed here on the host, instead of the facts (no RV(ansible_facts.nvidia_mig) is set).
+      - Return only RV(ansible_facts.nvidia_mig_summary), what C(playbooks/mig_report.yml) and the fleet map
+        (P(gpufleet.mig.mig_fleet_map#filter)) need of each GPU, computed here on the host, with the time it was read,
+        instead of the facts (no RV(ansible_facts.nvidia_mig) is set).
       - A few KB per host instead of every profile with its placements and compute profiles, so that a fleet's report
         does not carry the whole facts of every host through the controller.
+      - A fact, so that a fact cache (AWX fact storage, ansible-core C(fact_caching)) keeps it, and the report with
+        C(mig_report_source=cache) draws the fleet from it without contacting any host.
     type: bool
     default: false
   kubelet_allocatable:
@@ -74,10 +77,13 @@ EXAMPLES = r'''
   gpufleet.mig.nvidia_mig_facts:
     kubelet_allocatable: true
 
-- name: Only what the report and the fleet map need (a few KB per host, no facts set)
+- name: Only what the report and the fleet map need (a few KB per host, as the fact nvidia_mig_summary)
   gpufleet.mig.nvidia_mig_facts:
     summary: true
-  register: mig_summary
+
+- name: Show the report's line per GPU and when the host was read
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.nvidia_mig_summary.lines }} (read {{ ansible_facts.nvidia_mig_summary.read_at }})"
 
 - name: Show what still fits on GPU 0
   ansible.builtin.debug:
@@ -85,34 +91,36 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
-summary:
-  description:
-    - What the report and the fleet map need of the host, computed from the same facts.
-    - C(layout), the declared layout or null; C(lines), the report's line per GPU; C(totals) (C(gpus), C(mig_enabled),
-      C(out_of_layout), C(instances), C(free_slices), C(stranded_slices), C(busy_gpus)); C(map), the GPUs as the map
-      draws them, as one JSON text (one value per host, since ansible-core handles every value of a result several times).
-    - C(map) is a list, per GPU C(index), C(uuid), C(name), C(mig_capable), C(mig_mode) (C(current), C(pending);
-      V(unsupported) without MIG), C(in_layout), C(processes) (pids), C(allocated_to), C(total_slices), C(slices) (per
-      memory slice V(free), V(stranded), V(unusable) or the position in C(gpu_instances) of the instance covering it),
-      C(figures) (C(free_slices), C(stranded_slices), C(largest_placeable), C(fragmentation),
-      C(repacked_largest_placeable); null while MIG is off), C(ranks) (the sort order of the profiles C(figures) names)
-      and C(gpu_instances) (C(id), C(profile), C(start), C(size), C(compute_instances) profile names, C(pids), C(busy),
-      C(allocated_to)).
-  returned: when O(summary=true)
-  type: dict
-  sample:
-    layout: daytime
-    lines: ["GPU 0 A30: MIG enabled, 4x1g.6gb; 0 free slice(s), largest placeable -, 0 stranded, fragmentation 0.00, in layout"]
-    totals: {gpus: 1, mig_enabled: 1, out_of_layout: 0, instances: 4, free_slices: 0, stranded_slices: 0, busy_gpus: 0}
-    map: '[{"allocated_to":[],"figures":{"fragmentation":0.0,"free_slices":0,"largest_placeable":null,...},...}]'
 ansible_facts:
-  description: Facts under C(nvidia_mig).
-  returned: unless O(summary=true)
+  description: Facts under C(nvidia_mig), or with O(summary=true) under C(nvidia_mig_summary) only.
+  returned: always
   type: dict
   contains:
+    nvidia_mig_summary:
+      description:
+        - What the report and the fleet map need of the host, computed from the same facts, and C(read_at), when the host
+          read them (UTC, C(2026-12-04T06:00:00Z); the host's clock).
+        - C(layout), the declared layout or null; C(lines), the report's line per GPU; C(totals) (C(gpus), C(mig_enabled),
+          C(out_of_layout), C(instances), C(free_slices), C(stranded_slices), C(busy_gpus)); C(map), the GPUs as the map
+          draws them, as one JSON text (one value per host, since ansible-core handles every value of a result several times).
+        - C(map) is a list, per GPU C(index), C(uuid), C(name), C(mig_capable), C(mig_mode) (C(current), C(pending);
+          V(unsupported) without MIG), C(in_layout), C(processes) (pids), C(allocated_to), C(total_slices), C(slices) (per
+          memory slice V(free), V(stranded), V(unusable) or the position in C(gpu_instances) of the instance covering it),
+          C(figures) (C(free_slices), C(stranded_slices), C(largest_placeable), C(fragmentation),
+          C(repacked_largest_placeable); null while MIG is off), C(ranks) (the sort order of the profiles C(figures) names)
+          and C(gpu_instances) (C(id), C(profile), C(start), C(size), C(compute_instances) profile names, C(pids), C(busy),
+          C(allocated_to)).
+      returned: when O(summary=true)
+      type: dict
+      sample:
+        read_at: "2026-12-04T06:00:00Z"
+        layout: daytime
+        lines: ["GPU 0 A30: MIG enabled, 4x1g.6gb; 0 free slice(s), largest placeable -, 0 stranded, fragmentation 0.00, in layout"]
+        totals: {gpus: 1, mig_enabled: 1, out_of_layout: 0, instances: 4, free_slices: 0, stranded_slices: 0, busy_gpus: 0}
+        map: '[{"allocated_to":[],"figures":{"fragmentation":0.0,"free_slices":0,"largest_placeable":null,...},...}]'
     nvidia_mig:
       description: MIG state of the host.
-      returned: always
+      returned: unless O(summary=true)
       type: dict
       contains:
         driver_version:
@@ -292,6 +300,7 @@ ansible_facts:
               returned: when the GPU is not MIG-capable
 '''
 
+import datetime
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -309,7 +318,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record imp
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import in_layout_by_uuid
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PodResourcesUnavailable, allocatable_gpu_device_ids
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import free_space
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import MapInputError, host_summary
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import MapInputError, cached_summary, host_summary
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations
 
 
@@ -389,7 +398,7 @@ def main_body(module):
             summary = host_summary(layout, facts['gpus'], 'this host')
         except MapInputError as exc:
             module.fail_json(msg='the summary of the GPUs cannot be made: %s' % exc)
-        module.exit_json(changed=False, summary=summary)
+        module.exit_json(changed=False, ansible_facts={'nvidia_mig_summary': cached_summary(summary, datetime.datetime.now(datetime.timezone.utc))})
     module.exit_json(changed=False, ansible_facts={'nvidia_mig': facts})
 
 

@@ -104,7 +104,7 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
 
     templates = dict((jt['name'], jt) for jt in fake.find('job_templates'))
     assert sorted(templates) == sorted(['MIG layout - daytime', 'MIG layout - nighttime', 'MIG report',
-                                        defaults['awx_report_merge_template_name'],
+                                        defaults['awx_report_merge_template_name'], defaults['awx_report_cache_template_name'],
                                         defaults['awx_repack_template_name'], defaults['awx_demand_template_name'],
                                         defaults['awx_config_template_name']])
     for jt in templates.values():
@@ -137,6 +137,11 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
     assert credential_names(fake, 'job_templates', report) == ['GPU hosts - SSH', 'Fleet vault']
     # Sliced, each slice publishes its hosts; the workflow runs the slices, then always the merge into one fleet map.
     assert json.loads(report['extra_vars']) == {'mig_report_publish': True}
+    # Each report leaves its hosts' summaries in AWX's fact storage; the cached map reads them, contacting no host.
+    assert report['use_fact_cache'] is True
+    cached = templates[defaults['awx_report_cache_template_name']]
+    assert (cached['playbook'], cached['job_slice_count'], cached['use_fact_cache'], json.loads(cached['extra_vars'])) == (
+        'playbooks/mig_report.yml', 1, True, {'mig_report_source': 'cache'})
     merge = templates[defaults['awx_report_merge_template_name']]
     assert (merge['playbook'], merge['job_slice_count'], json.loads(merge['extra_vars'])) == (
         'playbooks/mig_report.yml', 1, {'mig_report_merge': True})

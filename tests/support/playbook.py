@@ -230,7 +230,7 @@ def ansible_environment(**extra):
 
 
 def run_playbook(playbook, inventory=None, extravars=None, args=(), envvars=None, private_data_dir=None,
-                 project_dir=None, timeout=None):
+                 project_dir=None, timeout=None, fact_cache=None):
     """Run ``playbook`` in its own ansible-playbook process through ansible-runner; returns a PlaybookRun.
 
     playbook          path (relative to the project directory, or absolute)
@@ -244,6 +244,8 @@ def run_playbook(playbook, inventory=None, extravars=None, args=(), envvars=None
     project_dir       where the playbook runs from; default: the private data directory's project/, or the
                       current directory with a temporary private data directory
     timeout           seconds before ansible-runner ends the job (status "timeout")
+    fact_cache        a folder for the jsonfile fact cache, kept from run to run (ansible-runner sets the cache
+                      itself, as AWX does: environment variables cannot); default: one in the run's artifacts
     """
     import ansible_runner  # the tests' requirement, imported only by those that run playbooks
 
@@ -279,6 +281,9 @@ def run_playbook(playbook, inventory=None, extravars=None, args=(), envvars=None
         options['project_dir'] = os.path.abspath(project_dir)
     if timeout:
         options['timeout'] = int(timeout)
+    if fact_cache is not None:
+        # ansible-runner joins it to the artifacts folder: an absolute path stays as it is.
+        options['fact_cache'] = os.path.abspath(fact_cache)
     started = time.monotonic()
     try:
         try:

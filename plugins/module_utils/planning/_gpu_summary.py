@@ -15,12 +15,15 @@ Pure Python: no NVML, no Ansible imports.
   facts (every profile with its placements and compute profiles).
 - :func:`view_of_summary`: a summary read back by the map, checked, as :func:`gpu_view` would have made it.
 - :func:`report_lines`, :func:`report_totals`: the report's line per GPU and its figures per host.
+- :func:`cached_summary`, :func:`cached_record`: the summary as the fact cache keeps it (with the time the host read
+  it), and the map record the report builds from it without contacting the host: how old, stale or missing.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 import json
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
@@ -376,3 +379,60 @@ def summary_gpus(summary, where):
     if not isinstance(gpus, list):
         raise MapInputError('%s summary: map must be the JSON of a list of GPU summaries, got %s' % (where, type(gpus).__name__))
     return gpus
+
+
+# The time a summary was read, in UTC to the second: the fact cache keeps it beside the summary.
+READ_AT_FORMAT = '%Y-%m-%dT%H:%M:%SZ'
+
+
+def cached_summary(summary, read_at):
+    """The fact ``nvidia_mig_summary`` of nvidia_mig_facts (``summary: true``): the summary and when the host read it
+    (``read_at``, a datetime in UTC). A fact cache (AWX fact storage, ansible-core ``fact_caching``) keeps it, so a
+    later report can draw the host without contacting it and say how old its facts are."""
+    return dict(summary, read_at=read_at.strftime(READ_AT_FORMAT))
+
+
+def parse_read_at(text, where):
+    """The UTC datetime of a ``read_at`` text; :class:`MapInputError` naming ``where`` for anything else."""
+    try:
+        return datetime.datetime.strptime(text, READ_AT_FORMAT)
+    except (TypeError, ValueError):
+        raise MapInputError('%s: read_at must be a UTC time such as 2026-12-04T06:00:00Z, got %r' % (where, text))
+
+
+def age_text(seconds):
+    """``3 d 4 h``, ``5 h 2 min``, ``7 min``: an age for a person."""
+    minutes = int(seconds) // 60
+    days, hours, minutes = minutes // 1440, minutes // 60 % 24, minutes % 60
+    if days:
+        return '%d d %d h' % (days, hours)
+    if hours:
+        return '%d h %d min' % (hours, minutes)
+    return '%d min' % minutes
+
+
+def cached_record(host, fact, now, max_age):
+    """The map record of ``host`` from its cached fact ``nvidia_mig_summary`` (``fact``, None when the cache has none),
+    at ``now`` (UTC datetime): {host, source, summary, read_at, age[, stale]} where ``stale`` says why facts older than
+    ``max_age`` seconds need a look, or {host, source, failed} where the cache holds nothing usable: the report then
+    lists the host as not read, never as a host without GPUs."""
+    record = {'host': host, 'source': 'cache'}
+    if fact is None:
+        return dict(record, failed='no cached MIG facts: no report with a fact cache has read this host yet, or its '
+                                   'cache entry expired; run the report live (mig_report_source=live)')
+    if not isinstance(fact, dict) or not isinstance(fact.get('map'), str):
+        return dict(record, failed='the cached MIG facts are not a summary of nvidia_mig_facts (summary: true)')
+    try:
+        read_at = parse_read_at(fact.get('read_at'), 'host %s cached facts' % host)
+    except MapInputError as exc:
+        return dict(record, failed=str(exc))
+    age = int((now - read_at).total_seconds())
+    summary = dict((key, value) for key, value in fact.items() if key != 'read_at')
+    record.update(summary=summary, read_at=fact['read_at'], age=age)
+    if age > max_age:
+        record['stale'] = 'facts read %s, %s ago (older than %s)' % (fact['read_at'], age_text(age), age_text(max_age))
+    elif age < -300:
+        # A host clock ahead of the controller's by more than a few minutes: the age cannot be trusted.
+        record['stale'] = 'facts read %s, %s in the future of this controller (clocks differ)' % (
+            fact['read_at'], age_text(-age))
+    return record

@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 import json
 
 import pytest
@@ -17,6 +18,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import (
     mig_fleet_map,
+    mig_report_cached_records,
+    mig_report_lines,
     mig_report_merge,
     mig_report_part,
     mig_report_records,
@@ -24,6 +27,9 @@ from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import (
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import (
     MapInputError,
+    age_text,
+    cached_record,
+    cached_summary,
     gpu_summary,
     host_summary,
     view_of_summary,
@@ -140,13 +146,19 @@ def test_a_malformed_summary_is_refused_naming_the_host_and_the_gpu(change, mess
 def test_nvidia_mig_facts_returns_the_summary_instead_of_the_facts(simulated_host, run_module):
     simulated_host([{'model': 'A30', 'mig': {'current': 'enabled', 'pending': 'enabled'},
                      'gpu_instances': [{'profile': '2g.12gb', 'start': 0, 'compute_instances': [{'profile': '2g.12gb', 'start': 0}]}]}])
+    before = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
     result, failed = run_module(nvidia_mig_facts.main, {'summary': True})
+    after = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
     assert not failed, result
-    assert 'ansible_facts' not in result
+    # only the summary, as a fact (a fact cache keeps it), with the time the host read it
+    assert list(result['ansible_facts']) == ['nvidia_mig_summary'] and 'summary' not in result
+    summary = dict(result['ansible_facts']['nvidia_mig_summary'])
+    read_at = datetime.datetime.strptime(summary.pop('read_at'), '%Y-%m-%dT%H:%M:%SZ')
+    assert before <= read_at <= after
     facts, failed = run_module(nvidia_mig_facts.main, {})
-    assert result['summary'] == host_summary(None, facts['ansible_facts']['nvidia_mig']['gpus'], 'this host')
-    assert result['summary']['lines'] == ['GPU 0 A30: MIG enabled, 1x2g.12gb; 2 free slice(s), largest placeable 2g.12gb, '
-                                          '0 stranded, fragmentation 0.00']
+    assert summary == host_summary(None, facts['ansible_facts']['nvidia_mig']['gpus'], 'this host')
+    assert summary['lines'] == ['GPU 0 A30: MIG enabled, 1x2g.12gb; 2 free slice(s), largest placeable 2g.12gb, '
+                                '0 stranded, fragmentation 0.00']
 
 
 class Hostvars(dict):
@@ -155,8 +167,8 @@ class Hostvars(dict):
 
 def test_records_of_a_job_and_a_sliced_jobs_parts_merged():
     fleet = summarised(sample_fleet())
-    hostvars = Hostvars((record['host'], {'mig_report_host': {'changed': False, 'summary': record['summary']}})
-                        for record in fleet)
+    hostvars = Hostvars((record['host'], {'mig_report_host': {'changed': False, 'ansible_facts': {
+        'nvidia_mig_summary': dict(record['summary'], read_at='2026-12-04T06:00:00Z')}}}) for record in fleet)
     hostvars['gpu-lost'] = {'mig_report_failed': 'unreachable'}
     hostvars['not-a-gpu-host'] = {}
     hosts = sorted(hostvars)
@@ -177,3 +189,109 @@ def test_records_of_a_job_and_a_sliced_jobs_parts_merged():
     assert mig_fleet_map(merged, 'MIG fleet map', GENERATED) == mig_fleet_map(records, 'MIG fleet map', GENERATED)
     with pytest.raises(AnsibleFilterError, match='mig_report_part_43 must be the list of host records'):
         mig_report_merge({'mig_report_part_43': 'x'})
+
+
+# ---- the report from the fact cache (mig_report_source=cache) ----------------------------------------------------
+
+NOW = datetime.datetime(2026, 12, 4, 12, 0, 0)
+DAY = 86400
+
+
+def cached_fleet(read_at):
+    """{host: its cached fact nvidia_mig_summary} of the sample fleet, each read at read_at[host] (a datetime)."""
+    return dict((record['host'], cached_summary(record['summary'], read_at[record['host']]))
+                for record in summarised(sample_fleet()))
+
+
+def test_a_cached_summary_is_the_summary_with_its_read_time_to_the_second():
+    summary = summarised(sample_fleet())[0]['summary']
+    fact = cached_summary(summary, datetime.datetime(2026, 12, 4, 6, 5, 7, 999))
+    assert fact == dict(summary, read_at='2026-12-04T06:05:07Z') and 'read_at' not in summary
+
+
+@pytest.mark.parametrize('seconds, text', [(0, '0 min'), (59, '0 min'), (61, '1 min'), (3600 + 120, '1 h 2 min'),
+                                           (DAY, '1 d 0 h'), (3 * DAY + 5 * 3600 + 59, '3 d 5 h')])
+def test_ages_read_in_days_hours_and_minutes(seconds, text):
+    assert age_text(seconds) == text
+
+
+def test_a_cached_record_says_how_old_the_facts_are_and_when_they_are_stale():
+    summary = summarised(sample_fleet())[0]['summary']
+    fresh = cached_record('h', cached_summary(summary, NOW - datetime.timedelta(hours=2)), NOW, DAY)
+    assert fresh == {'host': 'h', 'source': 'cache', 'summary': summary, 'read_at': '2026-12-04T10:00:00Z', 'age': 7200}
+    edge = cached_record('h', cached_summary(summary, NOW - datetime.timedelta(seconds=DAY)), NOW, DAY)
+    assert 'stale' not in edge and edge['age'] == DAY
+    stale = cached_record('h', cached_summary(summary, NOW - datetime.timedelta(seconds=DAY + 60)), NOW, DAY)
+    assert stale['stale'] == 'facts read 2026-12-03T11:59:00Z, 1 d 0 h ago (older than 1 d 0 h)'
+    assert stale['summary'] == summary
+    # A host clock ahead of the controller's: a few minutes pass, more cannot be trusted.
+    ahead = cached_record('h', cached_summary(summary, NOW + datetime.timedelta(minutes=4)), NOW, DAY)
+    assert 'stale' not in ahead and ahead['age'] == -240
+    ahead = cached_record('h', cached_summary(summary, NOW + datetime.timedelta(hours=1)), NOW, DAY)
+    assert ahead['stale'] == 'facts read 2026-12-04T13:00:00Z, 1 h 0 min in the future of this controller (clocks differ)'
+
+
+@pytest.mark.parametrize('fact, reason', [
+    (None, 'no cached MIG facts: no report with a fact cache has read this host yet, or its cache entry expired; run the '
+           'report live (mig_report_source=live)'),
+    ({'layout': None, 'lines': []}, 'the cached MIG facts are not a summary of nvidia_mig_facts (summary: true)'),
+    ('text', 'the cached MIG facts are not a summary of nvidia_mig_facts (summary: true)'),
+    ({'map': '[]'}, "host h cached facts: read_at must be a UTC time such as 2026-12-04T06:00:00Z, got None"),
+    ({'map': '[]', 'read_at': '2026-12-04 06:00'}, "host h cached facts: read_at must be a UTC time such as "
+                                                   "2026-12-04T06:00:00Z, got '2026-12-04 06:00'"),
+])
+def test_a_host_the_cache_lacks_or_holds_no_usable_summary_of_is_listed_as_not_read(fact, reason):
+    assert cached_record('h', fact, NOW, DAY) == {'host': 'h', 'source': 'cache', 'failed': reason}
+
+
+def test_records_from_the_cache_lines_totals_and_map():
+    hosts = [record['host'] for record in sample_fleet()]
+    read_at = dict((host, NOW - datetime.timedelta(minutes=30)) for host in hosts)
+    read_at[hosts[1]] = NOW - datetime.timedelta(days=2)
+    facts = cached_fleet(read_at)
+    # as hostvars carry a fact: top level (inject_facts_as_vars), or only under ansible_facts
+    hostvars = Hostvars((host, {'nvidia_mig_summary': facts[host]}) for host in hosts[:2])
+    hostvars.update((host, {'ansible_facts': {'nvidia_mig_summary': facts[host]}}) for host in hosts[2:])
+    hostvars['gpu-new'] = {'inventory_hostname': 'gpu-new'}
+    records = mig_report_cached_records(hosts + ['gpu-new'], hostvars, NOW, DAY)
+    assert [r['host'] for r in records] == hosts + ['gpu-new']
+    assert [r.get('stale') is not None for r in records[:-1]] == [host == hosts[1] for host in hosts]
+    assert records[-1]['failed'].startswith('no cached MIG facts')
+    # an aware time of another zone is the same moment
+    plus_two = datetime.timezone(datetime.timedelta(hours=2))
+    assert mig_report_cached_records(hosts + ['gpu-new'], hostvars, NOW.replace(tzinfo=datetime.timezone.utc).astimezone(plus_two),
+                                     DAY) == records
+    lines = mig_report_lines(records)
+    live = mig_report_lines(summarised(sample_fleet()))
+    assert lines[hosts[0]] == ['facts read 2026-12-04T11:30:00Z, 30 min ago (fact cache)'] + live[hosts[0]]
+    assert lines[hosts[1]] == ['facts read 2026-12-02T12:00:00Z, 2 d 0 h ago (older than 1 d 0 h)'] + live[hosts[1]]
+    assert lines['gpu-new'] == ['facts not read: ' + records[-1]['failed']]
+    line = mig_report_totals(records)
+    assert line.startswith('%d host(s), ' % (len(hosts) + 1))
+    assert line.endswith('; from the fact cache: facts 30 min to 2 d 0 h old, 1 host(s) with stale facts, 1 without cached facts')
+    assert '; from the fact cache' not in mig_report_totals([{'host': r['host'], 'summary': r['summary']} for r in records[:-1]])
+    assert mig_report_totals([records[-1]]).endswith('; from the fact cache: facts - to - old, 0 host(s) with stale facts, '
+                                                     '1 without cached facts')
+    # the map: the stale host needs attention (its GPUs drawn as cached), the one the cache lacks is not read
+    page = mig_fleet_map(records, 'MIG fleet map', GENERATED)
+    assert ('data-host="%s" data-gpu="" data-model="" data-states="stale"' % hosts[1]) in page
+    assert 'data-host="gpu-new" data-gpu="" data-model="" data-states="failed"' in page
+    assert page.count('data-states="stale"') == 1
+    fresh = [dict(r, stale=None) if r['host'] == hosts[1] else r for r in records]
+    assert 'data-states="stale"' not in mig_fleet_map(fresh, 'MIG fleet map', GENERATED)
+
+
+@pytest.mark.parametrize('now, max_age, message', [
+    ('2026-12-04', DAY, 'now must be a datetime'),
+    (NOW, -1, 'max_age must be a number of 0 or more'),
+    (NOW, '86400', 'max_age must be a number of 0 or more'),
+])
+def test_cached_records_refuse_a_bad_time_or_max_age(now, max_age, message):
+    with pytest.raises(AnsibleFilterError, match='^mig_fleet_map: ' + message):
+        mig_report_cached_records([], Hostvars(), now, max_age)
+
+
+def test_a_stale_reason_that_is_not_text_is_refused():
+    record = dict(summarised(sample_fleet())[0], stale=3)
+    with pytest.raises(AnsibleFilterError, match='stale must be a reason'):
+        mig_fleet_map([record])

@@ -169,8 +169,8 @@ def drawn(page):
 def test_filter_is_registered():
     filters = FilterModule().filters()
     assert filters['mig_fleet_map'] is mig_fleet_map
-    assert sorted(filters) == ['mig_fleet_map', 'mig_report_lines', 'mig_report_merge', 'mig_report_part',
-                               'mig_report_records', 'mig_report_totals']
+    assert sorted(filters) == ['mig_fleet_map', 'mig_report_cached_records', 'mig_report_lines', 'mig_report_merge',
+                               'mig_report_part', 'mig_report_records', 'mig_report_totals']
 
 
 def test_page_is_self_contained_html():
