@@ -12,7 +12,15 @@ as AWX's fact storage that playbooks/awx_configure.yml turns on: the GPUs the la
 reported are known, nothing is read). Module executions are counted where they happen: every host's
 Python interpreter is a wrapper that logs each start.
 
-Run: make benchmark   (or: .venv/bin/python benchmarks/rollout.py --hosts 4 32)
+Then where the time of a cached no-op goes (one more run, with the task timer of ansible.posix.profile_tasks):
+the decision task (the one module execution per host), the other tasks (controller-side, most once per host)
+and the rest (start-up, plays, lease), and the decision task's time beside the ping's: the floor of a
+no-op that keeps one module execution per host is the decision task plus the start-up.
+
+With ``--baseline REV`` the no-op of git revision REV (its playbooks and role, as a collection of its own) runs on
+the same fleet in the same invocation, after the same pings, side by side.
+
+Run: make benchmark   (or: .venv/bin/python benchmarks/rollout.py --hosts 4 32 [--baseline REV])
 """
 
 from __future__ import absolute_import, division, print_function
@@ -79,9 +87,9 @@ def write_fleet(directory, hosts):
     return inventory
 
 
-def timed(argv, env):
+def timed(argv, env, cwd=REPOSITORY):
     started = time.perf_counter()
-    done = subprocess.run(argv, cwd=REPOSITORY, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
@@ -100,69 +108,136 @@ def executions(directory):
     return counted
 
 
+DECISION_TASK = 'gpufleet.mig.mig_layout : Plan the layout on the host without changing a GPU'
+_TIMED_TASK = re.compile(r'^(.*?) -+ (\d+\.\d+)s$', re.M)
+
+
+def where_the_time_goes(argv, env, cwd=REPOSITORY):
+    """(wall s, decision task s, other tasks s, number of other tasks) of one run timed task by task, or None where the
+    task timer (ansible.posix, in the tests' requirements) is missing."""
+    env = dict(env, ANSIBLE_CALLBACKS_ENABLED='ansible.posix.profile_tasks', PROFILE_TASKS_TASK_OUTPUT_LIMIT='all',
+               PROFILE_TASKS_SORT_ORDER='none')
+    seconds, output = timed(argv, env, cwd)
+    tasks = [(name, float(value)) for name, value in _TIMED_TASK.findall(output)]
+    decision = [value for name, value in tasks if name == DECISION_TASK]
+    if len(decision) != 1:
+        return None
+    others = [value for name, value in tasks if name != DECISION_TASK]
+    return seconds, decision[0], sum(others), len(others)
+
+
 def per_host(counted, hosts):
     values = [counted.get('bench-%03d' % n, 0) for n in range(hosts)]
     return min(values), max(values)
 
 
-def bench_fleet(hosts, repeats):
+def checkout_of(revision, directory):
+    """The files of git revision ``revision`` under ``directory``/src, linked as the collection gpufleet.mig, and the
+    settings that make ansible-playbook use it (ansible_settings of tests/support/playbook.py, for that tree)."""
+    source = os.path.join(directory, 'src')
+    os.makedirs(source)
+    archive = subprocess.Popen(['git', 'archive', revision], cwd=REPOSITORY, stdout=subprocess.PIPE)
+    subprocess.check_call(['tar', '-x', '-C', source], stdin=archive.stdout)
+    if archive.wait() != 0:
+        raise SystemExit('git archive %s failed' % revision)
+    namespace = os.path.join(directory, 'collections', 'ansible_collections', 'gpufleet')
+    os.makedirs(namespace)
+    os.symlink(source, os.path.join(namespace, 'mig'))
+    return source, {'ANSIBLE_COLLECTIONS_PATH': os.path.join(directory, 'collections'),
+                    'ANSIBLE_ROLES_PATH': os.path.join(source, 'roles'), 'ANSIBLE_CONFIG': os.path.join(source, 'ansible.cfg')}
+
+
+def bench_fleet(hosts, repeats, baseline=None):
+    """{label: figures} of this checkout and, with ``baseline`` (a git revision), of that revision, run in turn on the
+    same simulated fleet, each repeat after one ping of it."""
     directory = tempfile.mkdtemp(prefix='gpufleet-rollout-')
     try:
         inventory = write_fleet(directory, hosts)
+        cache = {'ANSIBLE_CACHE_PLUGIN': 'jsonfile', 'ANSIBLE_CACHE_PLUGIN_CONNECTION': os.path.join(directory, 'facts')}
+        trees = [('this checkout', REPOSITORY, {})]
+        if baseline:
+            trees.append((baseline[:10],) + checkout_of(baseline, os.path.join(directory, 'baseline')))
         env = ansible_environment()
-        cached_env = ansible_environment(ANSIBLE_CACHE_PLUGIN='jsonfile',
-                                         ANSIBLE_CACHE_PLUGIN_CONNECTION=os.path.join(directory, 'facts'))
         playbook = [os.path.join(BIN, 'ansible-playbook'), '-i', inventory]
         rollout = playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_serial=100%']
         timed(playbook + [os.path.join('simulator', 'seed.yml')], env)
         # With the cache: this run's decisions leave each host's GPUs in it for the no-op runs after it.
-        timed(rollout + ['-e', 'mig_layout_name=daytime'], cached_env)
+        timed(rollout + ['-e', 'mig_layout_name=daytime'], dict(env, **cache))
         executions(directory)
         ping = []
-        noop = {'uncached': [], 'cached': []}
-        noop_executions = {}
+        noop = dict((label, {'uncached': [], 'cached': []}) for label, dummy, dummy in trees)
+        noop_executions = dict((label, {}) for label, dummy, dummy in trees)
         for dummy in range(repeats):
             ping.append(timed([os.path.join(BIN, 'ansible'), '-i', inventory, 'gpu_hosts', '-m', 'ansible.builtin.ping'], env)[0])
             executions(directory)
-            for cache, run_env in (('uncached', env), ('cached', cached_env)):
-                seconds, output = timed(rollout + ['-e', 'mig_layout_name=daytime'], run_env)
-                changed = re.findall(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)', output, re.M)
-                if not changed or any(count != '0' for dummy_host, count in changed):
-                    raise SystemExit('the no-op run changed something:\n%s' % output[-4000:])
-                noop[cache].append(seconds)
-                noop_executions[cache] = per_host(executions(directory), hosts)
+            for label, tree, settings in trees:
+                for kind, run_env in (('uncached', ansible_environment(**settings)), ('cached', ansible_environment(**dict(settings, **cache)))):
+                    seconds, output = timed(rollout + ['-e', 'mig_layout_name=daytime'], run_env, tree)
+                    changed = re.findall(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)', output, re.M)
+                    if not changed or any(count != '0' for dummy_host, count in changed):
+                        raise SystemExit('the no-op run changed something:\n%s' % output[-4000:])
+                    noop[label][kind].append(seconds)
+                    noop_executions[label][kind] = per_host(executions(directory), hosts)
+        figures = {}
+        for label, tree, settings in trees:
+            profile = where_the_time_goes(rollout + ['-e', 'mig_layout_name=daytime'], ansible_environment(**dict(settings, **cache)), tree)
+            executions(directory)
+            figures[label] = {
+                'hosts': hosts,
+                'ping': statistics.median(ping),
+                'noop': noop[label]['uncached'],
+                'noop_executions': noop_executions[label]['uncached'],
+                'noop_cached': noop[label]['cached'],
+                'noop_cached_executions': noop_executions[label]['cached'],
+                'profile': profile,
+            }
+        # the switch, once, from this checkout
         switch_seconds, dummy = timed(rollout + ['-e', 'mig_layout_name=nighttime'], env)
-        switch_executions = per_host(executions(directory), hosts)
-        return {
-            'hosts': hosts,
-            'ping': statistics.median(ping),
-            'noop': statistics.median(noop['uncached']),
-            'noop_executions': noop_executions['uncached'],
-            'noop_cached': statistics.median(noop['cached']),
-            'noop_cached_executions': noop_executions['cached'],
-            'switch': switch_seconds,
-            'switch_executions': switch_executions,
-        }
+        figures['this checkout'].update(switch=switch_seconds, switch_executions=per_host(executions(directory), hosts))
+        return figures
     finally:
         shutil.rmtree(directory)
+
+
+def spread(values):
+    return '%.2f (%.2f-%.2f)' % (statistics.median(values), min(values), max(values))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--hosts', type=int, nargs='+', default=[4, 32])
     parser.add_argument('--repeats', type=int, default=3, help='runs of ping and of the no-op per fleet (median)')
+    parser.add_argument('--baseline', metavar='REV', help='also run the no-op of this git revision, side by side')
     args = parser.parse_args(argv)
     print('playbooks/mig_layout.yml on simulated fleets (local connection, serial 100%%, forks 10 from ansible.cfg), median of %d:' % args.repeats)
-    print('%6s %9s | %-32s | %-32s | %10s %11s' % ('', '', 'no-op, no fact cache', 'no-op, fact cache', '', 'switch'))
-    print('%6s %9s | %9s %7s %14s | %9s %7s %14s | %10s %11s' % (
-        'hosts', 'ping s', 'wall s', 'ratio', 'executions/host', 'wall s', 'ratio', 'executions/host', 'switch s',
+    print('%6s %-14s %9s | %-32s | %-32s | %10s %11s' % ('', '', '', 'no-op, no fact cache', 'no-op, fact cache', '', 'switch'))
+    print('%6s %-14s %9s | %9s %7s %14s | %9s %7s %14s | %10s %11s' % (
+        'hosts', 'tree', 'ping s', 'wall s', 'ratio', 'executions/host', 'wall s', 'ratio', 'executions/host', 'switch s',
         'executions'))
+    results = []
     for hosts in args.hosts:
-        figures = bench_fleet(hosts, args.repeats)
-        print('%6d %9.2f | %9.2f %6.2fx %14s | %9.2f %6.2fx %14s | %10.2f %11s' % (
-            hosts, figures['ping'], figures['noop'], figures['noop'] / figures['ping'], '%d-%d' % figures['noop_executions'],
-            figures['noop_cached'], figures['noop_cached'] / figures['ping'], '%d-%d' % figures['noop_cached_executions'],
-            figures['switch'], '%d-%d' % figures['switch_executions']))
+        for label, figures in bench_fleet(hosts, args.repeats, args.baseline).items():
+            results.append((label, figures))
+            switch = ('%10.2f %11s' % (figures['switch'], '%d-%d' % figures['switch_executions'])) if 'switch' in figures else ''
+            print('%6d %-14s %9.2f | %9.2f %6.2fx %14s | %9.2f %6.2fx %14s | %s' % (
+                hosts, label, figures['ping'], statistics.median(figures['noop']), statistics.median(figures['noop']) / figures['ping'],
+                '%d-%d' % figures['noop_executions'], statistics.median(figures['noop_cached']),
+                statistics.median(figures['noop_cached']) / figures['ping'], '%d-%d' % figures['noop_cached_executions'], switch))
+            sys.stdout.flush()
+    print('no-op with the fact cache / ping, median (min-max) of the runs, each beside the median ping:')
+    for label, figures in results:
+        print('%6d %-14s %s' % (figures['hosts'], label, spread([value / figures['ping'] for value in figures['noop_cached']])))
+    print('where the time of a no-op with the fact cache goes (one more run each):')
+    for label, figures in results:
+        profile = figures['profile']
+        if profile is None:
+            print('%6d %-14s no task timer (ansible.posix.profile_tasks) here' % (figures['hosts'], label))
+            continue
+        wall, decision, others, count = profile
+        print('%6d %-14s wall %.2f s = decision task %.2f s + %d other tasks %.2f s + start-up and plays %.2f s; '
+              'decision task / ping %.2fx, decision task and start-up / ping %.2fx' % (
+                  figures['hosts'], label, wall, decision, count, others, wall - decision - others, decision / figures['ping'],
+                  (wall - others) / figures['ping']))
     return 0
 
 
