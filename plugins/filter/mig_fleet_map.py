@@ -13,8 +13,8 @@ name: mig_fleet_map
 version_added: 0.2.0
 short_description: The MIG state of a fleet as one self-contained HTML page
 description:
-  - Opens with an attention list (GPUs out of layout, unmatched, fragmented, busy where a switch is pending, and
-    hosts whose facts could not be read) that can be sorted and filtered by host, model and state; then fleet totals,
+  - Opens with an attention list (GPUs out of layout, unmatched, fragmented, busy where a switch is pending, hosts
+    whose facts could not be read, and hosts whose cached facts are stale) that can be sorted and filtered by host, model and state; then fleet totals,
     and every GPU of every host with its memory slices to scale, each GPU instance as a block spanning the slices of
     its placement, and free, stranded and unusable slices marked (see C(docs/fragmentation.md) for the definitions).
   - With a planned change per host (the C(gpus) of M(gpufleet.mig.nvidia_mig_layout) with O(gpufleet.mig.nvidia_mig_layout#module:apply=false)),
@@ -92,8 +92,8 @@ _value:
   description:
     - An HTML5 document. Stable hooks for tests and scripts, every value HTML-escaped.
     - C(section#attention) with C(table#attention-table), one C(tr.attention[data-host][data-gpu][data-model][data-states])
-      per GPU (or failed host) that needs attention, C(data-states) listing V(failed), V(out-of-layout), V(unmatched),
-      V(fragmented) and V(busy-switch-pending); the filters C(#filter-host), C(#filter-model), C(#filter-state) and
+      per GPU (or failed or stale host) that needs attention, C(data-states) listing V(failed), V(stale), V(out-of-layout),
+      V(unmatched), V(fragmented) and V(busy-switch-pending); the filters C(#filter-host), C(#filter-model), C(#filter-state) and
       C(button[data-sort]) column sorting.
     - C(section#fleet-totals) with C([data-total=NAME]) entries (C(hosts), C(failed_hosts), C(gpus), C(mig_enabled),
       C(mig_disabled), C(no_mig), C(gpu_instances), C(busy_instances), C(allocated_instances), C(free_slices),
