@@ -33,10 +33,11 @@ The node's containerd (1.6) knows no CDI, so the CDI ids change nothing in the c
 that the kubelet records the prepared devices and lists them in pod-resources (dynamic_resources), which is
 what gpufleet.mig reads. The kubelet deletes the node's ResourceSlices when it starts and those of a driver
 whose plugin stays away (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go wipeResourceSlices): the slice is
-published after the registration. SIGHUP: enumerate the GPUs again and publish the slice anew (its pool's
-generation + 1). SIGTERM or SIGINT: delete the slice, remove the sockets and the status file, exit 0.
+published once, after the registration (the devices of a later layout are not published: the check needs none).
+SIGTERM or SIGINT: delete the slice, remove the sockets and the status file, exit 0.
 
-The status file (JSON, replaced atomically) says {"state": "starting" | "serving" | "rejected",
+The status file (JSON, replaced atomically) says {"state": "starting" | "registered" (slice not yet published) |
+"serving" | "rejected",
 "registration": {"registered", "error"} as the kubelet notified it, "devices": [device names published],
 "generation", "prepared": {claim uid: {"claim": "namespace/name", "devices": [...]}}, "prepare_calls",
 "unprepare_calls", "pid"}.
@@ -273,7 +274,6 @@ class Plugin(object):
         self.unprepare_calls = 0
         self.registered = threading.Event()
         self.wake = threading.Event()
-        self.hangup = False
         self.terminate = False
         self._lock = threading.Lock()
         self._servers = []
@@ -282,7 +282,10 @@ class Plugin(object):
         with self._lock:
             state = 'starting'
             if self.registration is not None:
-                state = 'serving' if self.registration['registered'] and self.generation else 'rejected'
+                if not self.registration['registered']:
+                    state = 'rejected'
+                else:
+                    state = 'serving' if self.generation else 'registered'
             status = {'state': state, 'registration': self.registration, 'devices': [d['name'] for d in self.devices],
                       'generation': self.generation, 'prepared': dict(self.prepared), 'prepare_calls': self.prepare_calls,
                       'unprepare_calls': self.unprepare_calls, 'pid': os.getpid()}
@@ -367,15 +370,10 @@ class Plugin(object):
             log('cannot delete the slice: %s' % exc)
 
     def run(self):
-        def on_hangup(signum, frame):
-            self.hangup = True
-            self.wake.set()
-
         def on_terminate(signum, frame):
             self.terminate = True
             self.wake.set()
 
-        signal.signal(signal.SIGHUP, on_hangup)
         signal.signal(signal.SIGTERM, on_terminate)
         signal.signal(signal.SIGINT, on_terminate)
         try:
@@ -387,8 +385,7 @@ class Plugin(object):
             log('serving %s on %s, registration on %s' % (DRA_SERVICE, self.dra_socket, self.registration_socket))
             self.write_status()
             while not self.terminate:
-                if self.registered.is_set() and self.registration['registered'] and (not self.generation or self.hangup):
-                    self.hangup = False
+                if self.registered.is_set() and self.registration['registered'] and not self.generation:
                     try:
                         self.publish()
                     except (urllib.error.URLError, OSError, ValueError) as exc:
