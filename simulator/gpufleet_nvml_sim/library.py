@@ -294,6 +294,14 @@ class SimulatedNvml(object):
     def sym_nvmlDeviceGetIndex(self, handle, index_out):
         abi.set_uint(index_out, self._read('nvmlDeviceGetIndex', handle).index)
 
+    def sym_nvmlDeviceGetMinorNumber(self, handle, minor_out):
+        # /dev/nvidia<minor>, which NVIDIA's DRA driver names its devices by; a state without one answers as a
+        # driver that cannot tell (the collection then knows no DRA device of the GPU).
+        ctx = self._read('nvmlDeviceGetMinorNumber', handle)
+        if 'minor_number' not in ctx.gpu:
+            raise NvmlFailure('NVML_ERROR_NOT_SUPPORTED')
+        abi.set_uint(minor_out, ctx.gpu['minor_number'])
+
     def sym_nvmlDeviceGetName(self, handle, buffer, length):
         ctx = self._read('nvmlDeviceGetName', handle, _ANY_DEVICE)
         name = ctx.model['nvml_name']

@@ -212,6 +212,8 @@ def _validate_identity(where, index, gpu, model):
         raise SimulatorError('%s: pci_bus_id %r must look like 00000000:07:00.0' % (where, gpu['pci_bus_id']))
     if not isinstance(gpu['uuid'], str) or not gpu['uuid'].startswith('GPU-'):
         raise SimulatorError('%s: uuid %r must start with GPU-' % (where, gpu['uuid']))
+    if 'minor_number' in gpu and (not _is_int(gpu['minor_number']) or gpu['minor_number'] < 0):
+        raise SimulatorError('%s: minor_number %r must be a non-negative integer' % (where, gpu['minor_number']))
     if 'pci_device_id' in gpu:
         value = gpu['pci_device_id']
         try:

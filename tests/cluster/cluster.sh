@@ -34,8 +34,9 @@ python=${GPUFLEET_CLUSTER_PYTHON:-python3}
 marker=.gpufleet-cluster
 
 # Controllers the tests need. node-lifecycle stays out: it would taint and
-# evict the fake nodes, whose kubelets never post a heartbeat.
-default_controllers=resourcequota-controller,daemonset-controller,deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,disruption-controller
+# evict the fake nodes, whose kubelets never post a heartbeat. resourceclaim: takes a
+# gone pod off its ResourceClaim's reservedFor, without which the claim is never deleted.
+default_controllers=resourcequota-controller,daemonset-controller,deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,disruption-controller,resourceclaim-controller
 
 supervisor_alive() {
     [[ -f "$state/supervisor.pid" ]] && kill -0 "$(cat "$state/supervisor.pid")" 2>/dev/null

@@ -22,7 +22,7 @@
                                     {"kind": "summary"} line, exit 0; exit 1 after TIMEOUT seconds
   helper.py sim-host STATE PROFILE@START...
                                     write the simulated host of the real node: one
-                                    A100-SXM4-80GB, MIG enabled, these GPU instances (each with its
+                                    A100-SXM4-80GB (minor number 2), MIG enabled, these GPU instances (each with its
                                     full-size compute instance); through the NVML simulator
   helper.py sim-pids STATE START PID...
                                     the processes now running on the compute instance of the GPU
@@ -350,6 +350,7 @@ def watch_switch(node, namespace, server, token, ca_file, out_file, stop_file, t
 
 
 A100_80GB = "A100-SXM4-80GB"
+REAL_NODE_GPU_MINOR = 2
 
 
 def simulator():
@@ -391,7 +392,8 @@ def sim_host(state_file, placements):
     instances = [parse_placement(p) for p in placements]
     for instance in instances:
         instance["id"] = placement_gi_id(instance["profile"], instance["start"])
-    state = {"gpus": [{"model": A100_80GB, "mig": {"current": "enabled"}, "gpu_instances": instances}]}
+    # /dev/nvidia2, not its NVML index 0: the DRA driver's device names (dra_plugin.py) carry the minor number.
+    state = {"gpus": [{"model": A100_80GB, "minor_number": REAL_NODE_GPU_MINOR, "mig": {"current": "enabled"}, "gpu_instances": instances}]}
     directory = os.path.dirname(os.path.abspath(state_file))
     if not os.path.isdir(directory):
         os.makedirs(directory)

@@ -19,6 +19,10 @@
 #   node.sh plugin-hup     make it re-enumerate the simulated GPUs (SIGHUP); it reads its mode file
 #                          (node.json device_plugin.mode_file: device_plugin.py's index ids or
 #                          kept destroyed ids) each time
+#   node.sh dra-start      start dra_plugin.py (NVIDIA's DRA driver's kubelet plugin, gpu.nvidia.com) for
+#                          GPUFLEET_MIG_SIMULATOR's host; waits until the kubelet registered it and its
+#                          ResourceSlice is published
+#   node.sh dra-stop       stop it (it deletes its slice; safe to repeat)
 #
 # Isolation. containerd, its shims and the kubelet run in a mount namespace of their own
 # (unshare --mount), in which /run and /var/lib are overlays whose upper layers live in
@@ -92,6 +96,7 @@ pid_running() { # PIDFILE PATTERN: the pid in PIDFILE runs a command line contai
 
 supervisor_alive() { pid_running "$node/supervisor.pid" "node.sh _supervise"; }
 plugin_alive() { pid_running "$node/device-plugin.pid" "$plugin_dir"; }
+dra_alive() { pid_running "$node/dra-plugin.pid" "dra_plugin.py"; }
 
 kubectl_() { "$(cat "$state/bin_dir")/kubectl" --kubeconfig "$state/kubeconfig" --request-timeout 10s "$@"; }
 
@@ -660,6 +665,8 @@ facts = {
     "logs_dir": os.path.join(node, "logs"),
     "pod_logs_dir": os.path.join(node, "pod-logs"),
     "node_dir": node,
+    "dra_plugin": {"status_file": os.path.join(node, "dra-plugin.json"), "log": os.path.join(node, "logs", "dra-plugin.log"),
+                   "registry_dir": os.path.join(root, "plugins_registry")},
     "device_plugin": {"pid_file": os.path.join(node, "device-plugin.pid"),
                       "status_file": os.path.join(node, "device-plugin.json"),
                       "mode_file": os.path.join(node, "device-plugin.mode.json"),
@@ -679,6 +686,7 @@ cmd_stop() {
         return 0
     fi
     plugin_stop
+    dra_stop
     if supervisor_alive; then
         local pid
         pid=$(cat "$node/supervisor.pid")
@@ -747,6 +755,34 @@ plugin_stop() {
     rm -f "$node/device-plugin.pid"
 }
 
+dra_start() {
+    if [[ ! -f "$state/node.json" ]] || ! supervisor_alive; then
+        die "no node is running from $node: run '$0 start' first"
+    fi
+    [[ -r "${GPUFLEET_MIG_SIMULATOR:-}" ]] || die "GPUFLEET_MIG_SIMULATOR must name the simulated GPU host's state file"
+    dra_alive && die "the DRA plugin already runs (pid $(cat "$node/dra-plugin.pid")); run '$0 dra-stop' first"
+    rm -f "$node/dra-plugin.json"
+    # The kubelet's plugin watcher (pkg/kubelet/pluginmanager) watches <--root-dir>/plugins_registry.
+    GPUFLEET_MIG_SIMULATOR=$(realpath "$GPUFLEET_MIG_SIMULATOR") setsid "$python" "$here/dra_plugin.py" \
+        --registry-dir "$kubelet_root/plugins_registry" --plugin-dir "$kubelet_root/plugins/gpu.nvidia.com" \
+        --node-name "$name" --server "https://127.0.0.1:$(cat "$state/ports/apiserver")" --ca-file "$state/pki/ca.crt" \
+        --token-file "$state/admin.token" --status-file "$node/dra-plugin.json" \
+        >>"$node/logs/dra-plugin.log" 2>&1 </dev/null &
+    echo $! >"$node/dra-plugin.pid"
+    wait_for 60 "the kubelet to register the DRA plugin" "$(cat "$node/dra-plugin.pid")" \
+        grep -qE '"state": "serving"' "$node/dra-plugin.json" \
+        || { tail -n 20 "$node/logs/dra-plugin.log" | sed 's/^/    /' >&2; dra_stop; die "the DRA plugin did not start"; }
+    log "DRA plugin: $(cat "$node/dra-plugin.json")"
+}
+
+dra_stop() {
+    if dra_alive; then
+        stop_pid "$(cat "$node/dra-plugin.pid")" "DRA plugin" 10
+        log "stopped the DRA plugin"
+    fi
+    rm -f "$node/dra-plugin.pid"
+}
+
 kubelet_sock_replaced() { # BEFORE: kubelet.sock exists and is not the file stat described as BEFORE
     local now
     now=$(stat -c '%i %z' "$plugin_dir/kubelet.sock" 2>/dev/null) && [[ "$now" != "$1" ]]
@@ -783,7 +819,9 @@ case "${1:-}" in
     plugin-start) plugin_start ;;
     plugin-stop) plugin_stop ;;
     plugin-hup) plugin_hup ;;
+    dra-start) dra_start ;;
+    dra-stop) dra_stop ;;
     restart-kubelet) restart_kubelet ;;
     _supervise) supervise ;;
-    *) die "usage: $0 start|stop|status|restart-kubelet|plugin-start|plugin-stop|plugin-hup" ;;
+    *) die "usage: $0 start|stop|status|restart-kubelet|plugin-start|plugin-stop|plugin-hup|dra-start|dra-stop" ;;
 esac

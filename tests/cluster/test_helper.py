@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""helper.py's and device_plugin.py's pieces for the in-place switch check (molecule/cluster, check 6),
+"""helper.py's, device_plugin.py's and dra_plugin.py's pieces for the in-place switch check (molecule/cluster, check 6),
 without a cluster: what the switch watch makes of the node and pod objects it sees, the simulated host
 it writes, and the device plugin's modes (index ids, destroyed ids kept).
 
@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import device_plugin  # noqa: E402  (after the path: it lives beside this file)
+import dra_plugin  # noqa: E402
 import helper  # noqa: E402
 
 
@@ -116,7 +117,7 @@ def test_sim_host_and_sim_pids(tmp_path):
     with open(state_file) as handle:
         state = json.load(handle)
     gpu = state['gpus'][0]
-    assert gpu['model'] == 'A100-SXM4-80GB' and gpu['mig']['current'] == 'enabled'
+    assert gpu['model'] == 'A100-SXM4-80GB' and gpu['mig']['current'] == 'enabled' and gpu['minor_number'] == 2
     assert [(gi['profile'], gi['start']) for gi in gpu['gpu_instances']] == [('1g.10gb', 0), ('1g.10gb', 4)]
     assert [gi['id'] for gi in gpu['gpu_instances']] == [7, 11]
     helper.sim_pids(state_file, '4', ['4242'])
@@ -212,3 +213,129 @@ def test_device_plugin_runs_as_the_node_starts_it_without_the_collection_on_the_
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert list(json.loads(done.stdout)) == ['nvidia.com/mig-3g.40gb']
+
+
+# ---- dra_plugin.py (check 10: a DRA claim on the real node) -----------------------------------------------
+
+def test_dra_plugin_names_the_mig_devices_as_nvidia_s_driver_and_the_collection_maps_them(tmp_path):
+    state_file = str(tmp_path / 'host' / 'gpus.json')
+    helper.sim_host(state_file, ['1g.10gb@0', '2g.20gb@2', '3g.40gb@4'])
+    devices = dra_plugin.enumerate_mig_devices(state_file)
+    # The A100's GI profile ids: 1g.10gb 19, 2g.20gb 14, 3g.40gb 9; the minor number 2 (not the NVML index 0).
+    assert [d['name'] for d in devices] == ['gpu-2-mig-1g10gb-19-0', 'gpu-2-mig-2g20gb-14-2', 'gpu-2-mig-3g40gb-9-4']
+    assert all(d['uuid'].startswith('MIG-') and d['parent_uuid'].startswith('GPU-') for d in devices)
+    # The collection's own reading of a DRA device name (make cluster-units puts the collection on the path).
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _pod_allocations as allocations
+    assert [allocations._dra_key(d['name']) for d in devices] == [('mig', 2, 19, 0), ('mig', 2, 14, 2), ('mig', 2, 9, 4)]
+    assert dra_plugin.device_name(0, '1g.10gb+me', 20, 6) == 'gpu-0-mig-1g10gb-me-20-6'
+    published = dra_plugin.resource_slice('gpu-node', devices, 3)
+    assert published['metadata']['name'] == 'gpu-node-gpu.nvidia.com'
+    assert published['spec']['pool'] == {'name': 'gpu-node', 'generation': 3, 'resourceSliceCount': 1}
+    assert published['spec']['driver'] == 'gpu.nvidia.com' and 'sharedCounters' not in published['spec']
+    big = published['spec']['devices'][2]
+    assert big['attributes']['type'] == {'string': 'mig'} and big['attributes']['profile'] == {'string': '3g.40gb'}
+    assert big['capacity']['memory']['value'].endswith('Mi')
+
+
+def dra_claim(uid='uid-1', results=None):
+    return {'metadata': {'name': 'dra-mig', 'namespace': 'ml', 'uid': uid},
+            'status': {'allocation': {'devices': {'results': results if results is not None else [
+                {'request': 'mig', 'driver': 'gpu.nvidia.com', 'pool': 'gpu-node', 'device': 'gpu-2-mig-3g40gb-9-4'}]}}}}
+
+
+def test_dra_plugin_prepares_the_devices_the_scheduler_allocated_and_nothing_else():
+    ref = {'namespace': 'ml', 'name': 'dra-mig', 'uid': 'uid-1'}
+    published = {'gpu-2-mig-3g40gb-9-4'}
+    assert dra_plugin.prepare_answer(ref, dra_claim(), 'gpu-node', published) == {'devices': [
+        {'requests': ['mig'], 'pool': 'gpu-node', 'device': 'gpu-2-mig-3g40gb-9-4',
+         'cdi_devices': ['k8s.gpu.nvidia.com/device=gpu-2-mig-3g40gb-9-4']}]}
+    assert dra_plugin.prepare_answer(ref, None, 'gpu-node', published) == {'error': 'ResourceClaim ml/dra-mig not found'}
+    assert 'has UID uid-2, not uid-1' in dra_plugin.prepare_answer(ref, dra_claim('uid-2'), 'gpu-node', published)['error']
+    other = dra_claim(results=[{'request': 'nic', 'driver': 'net.example.com', 'pool': 'gpu-node', 'device': 'eth0'}])
+    assert 'no device of driver gpu.nvidia.com' in dra_plugin.prepare_answer(ref, other, 'gpu-node', published)['error']
+    assert 'which node gpu-node does not publish' in dra_plugin.prepare_answer(ref, dra_claim(), 'gpu-node', set())['error']
+    assert 'of pool gpu-node, which node other-node' in dra_plugin.prepare_answer(ref, dra_claim(), 'other-node', published)['error']
+
+
+def test_dra_plugin_speaks_the_kubelet_s_messages():
+    wire = dra_plugin.wire
+    info = wire.decode_message(dra_plugin.plugin_info('/k/plugins/gpu.nvidia.com/dra.sock'))
+    assert (wire.field_string(info, 1), wire.field_string(info, 2), wire.field_string(info, 3), wire.field_strings(info, 4)) == (
+        'DRAPlugin', 'gpu.nvidia.com', '/k/plugins/gpu.nvidia.com/dra.sock', ['v1.DRAPlugin'])
+    assert dra_plugin.parse_registration_status(wire.encode_message([(1, True)])) == {'registered': True, 'error': ''}
+    assert dra_plugin.parse_registration_status(wire.encode_message([(2, 'no')])) == {'registered': False, 'error': 'no'}
+    request = wire.encode_message([(1, [wire.encode_message([(1, 'ml'), (2, 'uid-1'), (3, 'dra-mig')]),
+                                        wire.encode_message([(1, 'ml'), (2, 'uid-2'), (3, 'other')])])])
+    assert dra_plugin.parse_claims(request) == [{'namespace': 'ml', 'uid': 'uid-1', 'name': 'dra-mig'},
+                                                {'namespace': 'ml', 'uid': 'uid-2', 'name': 'other'}]
+    answer = dra_plugin.encode_prepare_response({
+        'uid-1': {'devices': [{'requests': ['mig'], 'pool': 'p', 'device': 'gpu-2-mig-3g40gb-9-4', 'cdi_devices': ['k=v']}]},
+        'uid-2': {'error': 'not found'}})
+    entries = dict((wire.field_string(e, 1), wire.field_messages(e, 2)[0]) for e in wire.field_messages(wire.decode_message(answer), 1))
+    device = wire.field_messages(entries['uid-1'], 1)[0]
+    assert (wire.field_strings(device, 1), wire.field_string(device, 2), wire.field_string(device, 3), wire.field_strings(device, 4)) == (
+        ['mig'], 'p', 'gpu-2-mig-3g40gb-9-4', ['k=v'])
+    assert wire.field_string(entries['uid-1'], 2) == '' and wire.field_string(entries['uid-2'], 2) == 'not found'
+    assert wire.field_messages(entries['uid-2'], 1) == []
+    done = wire.decode_message(dra_plugin.encode_unprepare_response({'uid-1': '', 'uid-2': 'busy'}))
+    assert [(wire.field_string(e, 1), wire.field_string(wire.field_messages(e, 2)[0], 1)) for e in wire.field_messages(done, 1)] == [
+        ('uid-1', ''), ('uid-2', 'busy')]
+
+
+class FakeApi(object):
+    def __init__(self, claim):
+        self.claim = claim
+        self.calls = []
+
+    def call(self, method, path, body=None):
+        self.calls.append((method, path))
+        return self.claim
+
+
+def test_dra_plugin_serves_registration_and_dra_over_grpc_as_the_kubelet_calls_them(tmp_path):
+    """The full method names the kubelet calls: /pluginregistration.Registration/... and
+    /k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/... (the packages of their api.proto files)."""
+    import grpc
+
+    wire = dra_plugin.wire
+    api = FakeApi(dra_claim())
+    plugin = dra_plugin.Plugin(api, 'gpu-node', str(tmp_path), str(tmp_path), str(tmp_path / 'status.json'))
+    plugin.devices = [{'name': 'gpu-2-mig-3g40gb-9-4'}]
+    plugin._serve(plugin.dra_socket, dra_plugin.DRA_SERVICE,
+                  {'NodePrepareResources': plugin._prepare, 'NodeUnprepareResources': plugin._unprepare})
+    plugin._serve(plugin.registration_socket, dra_plugin.REGISTRATION_SERVICE,
+                  {'GetInfo': plugin._get_info, 'NotifyRegistrationStatus': plugin._notify})
+    try:
+        channel = grpc.insecure_channel('unix:' + plugin.registration_socket)
+        info = wire.decode_message(channel.unary_unary('/pluginregistration.Registration/GetInfo')(b'', timeout=5))
+        assert wire.field_string(info, 3) == plugin.dra_socket
+        channel.unary_unary('/pluginregistration.Registration/NotifyRegistrationStatus')(wire.encode_message([(1, True)]), timeout=5)
+        channel.close()
+        channel = grpc.insecure_channel('unix:' + wire.field_string(info, 3))
+        claims = wire.encode_message([(1, [wire.encode_message([(1, 'ml'), (2, 'uid-1'), (3, 'dra-mig')])])])
+        answer = channel.unary_unary('/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources')(claims, timeout=5)
+        assert api.calls == [('GET', '/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/dra-mig')]
+        assert 'gpu-2-mig-3g40gb-9-4' in answer.decode('utf-8', 'replace')
+        with open(str(tmp_path / 'status.json')) as handle:
+            status = json.load(handle)
+        assert status['prepared'] == {'uid-1': {'claim': 'ml/dra-mig', 'devices': ['gpu-2-mig-3g40gb-9-4']}}
+        assert status['registration'] == {'registered': True, 'error': ''}
+        channel.unary_unary('/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources')(claims, timeout=5)
+        channel.close()
+        with open(str(tmp_path / 'status.json')) as handle:
+            status = json.load(handle)
+        assert status['prepared'] == {} and status['prepare_calls'] == 1 and status['unprepare_calls'] == 1
+    finally:
+        for server, dummy in plugin._servers:
+            server.stop(None).wait(5)
+
+
+def test_dra_plugin_runs_as_the_node_starts_it_without_the_collection_on_the_path(tmp_path):
+    state_file = str(tmp_path / 'host.json')
+    helper.sim_host(state_file, ['3g.40gb@4'])
+    env = dict((name, value) for name, value in os.environ.items() if name != 'PYTHONPATH')
+    env[device_plugin.SIMULATOR_ENV] = state_file
+    done = subprocess.run([sys.executable, os.path.join(HERE, 'dra_plugin.py'), '--list', '--node-name', 'gpu-node'], cwd=str(tmp_path),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [d['name'] for d in json.loads(done.stdout)['spec']['devices']] == ['gpu-2-mig-3g40gb-9-4']

@@ -77,6 +77,9 @@ class EvictionPlan(object):
                 elif mode == 'drain' and not pod_resources_read and pod_key(pod) not in stays_paused and _may_hold_unseen(pod):
                     unseen.append(pod_key(pod))
             unknown = sorted(named - found)
+            # A pod the host names holds a GPU however it asked for it (a DRA claim, a renamed resource): it is on the
+            # GPUs as surely as one whose spec requests nvidia.com/mig-<profile>.
+            self.gpu_pods = sorted(set(self.gpu_pods) | set(pod_key(pod) for pod in chosen))
         self.evict = []
         self.refused = [{'pod': name, 'reason': 'the host sees it on an instance that goes, but the API server lists no such '
                                                 'running pod on the node: it cannot be evicted'} for name in unknown]

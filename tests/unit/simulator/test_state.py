@@ -219,6 +219,7 @@ def test_defaults_and_ids_are_filled_stably_and_kept_once_written(tmp_path):
     ({'model': 'A30', 'clients': 'nvidia-persistenced'}, 'gpus[0]: clients must be a list of names'),
     ({'model': 'A30', 'pci_device_id': '0x20B010DE'}, "gpus[0]: pci_device_id '0x20B010DE' is not one of the A30 ids 0x20B710DE"),
     ({'model': 'A100-PCIE-40GB', 'pci_device_id': 'twenty'}, 'is not one of the A100-PCIE-40GB ids 0x20F110DE, 0x20B110DE'),
+    ({'model': 'A30', 'minor_number': -1}, 'gpus[0]: minor_number -1 must be a non-negative integer'),
 ])
 def test_bad_state_files_name_the_bad_entry(tmp_path, gpu, message):
     path = str(tmp_path / 'bad.json')
@@ -268,3 +269,10 @@ def test_set_pids_helper(tmp_path):
         sim_api.set_pids(path, 0, None, None, 12)
     assert 'pids must be a list of positive integers' in str(failure.value)
     assert sim_api.read_call_log(path) == []
+
+
+def test_the_minor_number_is_the_state_s_or_not_supported(sim):
+    # NVIDIA's DRA driver names devices by /dev/nvidia<minor>, which need not be the NVML index.
+    sim([{'model': 'A30', 'minor_number': 5}, {'model': 'A30'}])
+    assert pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(0)) == 5
+    assert error_of(lambda: pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(1))) == E.NVML_ERROR_NOT_SUPPORTED

@@ -171,6 +171,14 @@ def test_drain_evicts_every_running_gpu_pod_but_not_finished_or_cpu_pods():
     assert [p['name'] for p in plan.evict] == ['a', 'shared']
 
 
+def test_a_pod_the_host_names_is_on_the_gpus_however_it_asked_for_them():
+    # A DRA claim or a renamed resource is no GPU request in the pod's spec; the host (pod-resources) says it holds one.
+    pods = [pod('a'), pod('dra', gpu=None), pod('cpu', gpu=None)]
+    for mode in ('drain', 'in_place'):
+        plan = node_evictions.EvictionPlan(pods, mode, ['ml/dra'], node=NODE)
+        assert plan.gpu_pods == ['ml/a', 'ml/dra'] and 'ml/cpu' not in [p['name'] for p in plan.evict]
+
+
 def test_reboot_evicts_every_running_pod_a_drain_moves():
     pods = [pod('a'), pod('cpu', gpu=None), pod('done', gpu=None, phase='Succeeded'), pod('ds', owner='DaemonSet'),
             pod('static', owner='Node'), pod('mirror', owner=None, annotations={'kubernetes.io/config.mirror': 'abc'})]

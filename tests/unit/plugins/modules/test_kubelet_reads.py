@@ -225,7 +225,7 @@ def test_eviction_reasons_name_the_instance_the_mode_change_or_the_index_id(simu
 
 
 def test_a_dra_claimed_instance_is_kept_by_the_layout_module(simulated_host, run_module, kubelet, tmp_path, monkeypatch):
-    # The simulator gives no minor number (nvmlDeviceGetMinorNumber is absent): the GPU's is pinned here to 3.
+    # The simulated GPUs have no minor number (nvmlDeviceGetMinorNumber: not supported): pinned here to 3.
     monkeypatch.setattr(_nvml_backend.NvmlBackend, '_minor_number', lambda self, index, handle: 3 + index)
     three_small(simulated_host)
     facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
@@ -251,7 +251,7 @@ def test_a_dra_claimed_instance_is_kept_by_the_layout_module(simulated_host, run
 
 
 def test_minor_number_where_nvml_cannot_tell_is_none(simulated_host, run_module):
-    # The simulator lacks nvmlDeviceGetMinorNumber (NVML_ERROR_FUNCTION_NOT_FOUND): unknown, not an error.
+    # A state without minor_number: nvmlDeviceGetMinorNumber answers NVML_ERROR_NOT_SUPPORTED: unknown, not an error.
     three_small(simulated_host)
     facts, failed = run_module(nvidia_mig_facts.main, {'pod_resources': 'off'})
     assert not failed and [g['minor_number'] for g in facts['ansible_facts']['nvidia_mig']['gpus']] == [None, None]
