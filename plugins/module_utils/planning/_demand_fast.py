@@ -124,3 +124,20 @@ def fast_creates(hosts, pending, node_objects, pods, policy=None):
     rest = sorted(p['pod'] for p in pending if p['pod'] not in fast_pods)
     return {'creates': creates, 'rest': rest}
 
+
+
+def node_patch(host, facts=None, run=None, result=None, reason=None):
+    """The Node patch a playbook writes: the annotation of the GPUs ``facts`` describe (when read), and the outcome of
+    fast run ``run`` (``created``, ``refused`` or ``failed``, with its one-line ``reason``), which the event source
+    waits for before it decides on this node again."""
+    annotations = {}
+    if facts is not None:
+        annotations[GPUS_ANNOTATION] = gpus_annotation(host, facts)
+    if run:
+        if result not in ('created', 'refused', 'failed'):
+            raise DemandPlanError('the outcome of fast run %s must be created, refused or failed, got %r' % (run, result))
+        outcome = {'run': run, 'result': result}
+        if reason:
+            outcome['reason'] = ' '.join(str(reason).split())[:1024]
+        annotations[CREATE_ANNOTATION] = json.dumps(outcome, sort_keys=True)
+    return {'metadata': {'annotations': annotations}}

@@ -28,6 +28,11 @@ Arguments:
   max_delay: seconds after a burst's start when the event goes out even if pods keep coming (default 60)
   watch_timeout: seconds each watch request asks the API server to keep open (default 300)
   retry_max: the longest backoff between two attempts after a failure, in seconds (default 30)
+  fast: also decide create-only demand here (default false; the shipped rulebook sets it): watch the Nodes too, and
+    put a mig_demand_create event for each host where waiting pods fit in free slices (below)
+  fast_quiet_period: seconds without a new waiting pod before the fast decision (default 1, at most quiet_period)
+  fast_timeout: seconds after a fast event when its pods, still waiting, go to the full path (default 120)
+  policy: the demand playbook's mig_demand_policy (a mapping, or its JSON), which the fast decision honours
 
 The bearer token is sent in the Authorization header only: never logged, never on a command line.
 
@@ -44,6 +49,17 @@ Event:
     released: []             # the pods whose end or deletion freed MIG devices during this burst
     burst_seconds: 10.0      # from the burst's start to the event
 
+  mig_demand_create:        # with fast: pods that fit in free slices of one host, as its Node's annotation
+    run: fast-1a2b3c4d-1       #   gpufleet.mig/gpus says (written by the playbooks that read its GPUs)
+    host: gpu-host-1           # the inventory host, and its Node
+    node: gpu-node-1
+    layout: {name: demand-0123456789ab, config: {...}}   # the generated layout (the full path's own)
+    gpus: {"0": {"1g.20gb": 1}}  # the creates expected on each GPU: anything else is refused on the host
+    pods: [team-a/infer-0]
+  The run's outcome comes back as the Node's annotation gpufleet.mig/demand-create; until then the source decides
+  nothing on that node; a refused or failed run, or pods still waiting fast_timeout seconds after it, go to the full
+  path (a mig_pending_pods event) and are never decided here again while they wait.
+
 Examples:
   sources:
     - gpufleet.mig.mig_pending_pods:
@@ -54,6 +70,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ast
 import asyncio
 import email.utils
 import json
@@ -563,8 +580,9 @@ def settings(args):
     policy = args.get('policy') or {}
     if isinstance(policy, str):
         try:
-            policy = json.loads(policy)
-        except ValueError:
+            # JSON, or the Python form a rulebook's Jinja renders a mapping in.
+            policy = json.loads(policy) if policy.strip()[:1] != '{' or '"' in policy else ast.literal_eval(policy)
+        except (ValueError, SyntaxError):
             raise SourceError('policy must be a mapping (the demand playbook\'s mig_demand_policy), got %r' % policy[:80])
     if not isinstance(policy, dict):
         raise SourceError('policy must be a mapping (the demand playbook\'s mig_demand_policy), got %r' % (policy,))

@@ -135,3 +135,17 @@ def test_the_guard_accepts_exactly_the_expected_creates():
     mode = [{'index': 0, 'actions': [{'action': 'set_mig_mode', 'mode': 'enabled'}]}]
     assert 'set mig mode (enabled)' in create_refusal(mode, {'0': {'1g.20gb': 1}})
     assert create_refusal([{'index': 0, 'deferred': True, 'actions': []}], {}) == 'GPU 0 waits for a MIG mode change'
+
+
+def test_the_node_patch_carries_the_gpus_and_the_outcome_of_a_run():
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import node_patch
+    facts = {'gpus': [gpu(0)]}
+    patch = node_patch('h1', facts, 'fast-a-1', 'refused', 'layout demand-x is not\n a create-only change')
+    annotations = patch['metadata']['annotations']
+    assert annotations['gpufleet.mig/gpus'] == gpus_annotation('h1', facts)
+    assert json.loads(annotations['gpufleet.mig/demand-create']) == {
+        'run': 'fast-a-1', 'result': 'refused', 'reason': 'layout demand-x is not a create-only change'}
+    assert node_patch('h1') == {'metadata': {'annotations': {}}}
+    assert list(node_patch('h1', None, 'fast-a-1', 'failed')['metadata']['annotations']) == ['gpufleet.mig/demand-create']
+    with pytest.raises(DemandPlanError, match='must be created, refused or failed'):
+        node_patch('h1', None, 'fast-a-1', 'done')

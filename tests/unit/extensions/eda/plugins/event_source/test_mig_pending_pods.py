@@ -689,3 +689,9 @@ def test_the_source_watches_the_nodes_with_fast_and_tells_the_fast_event(api, tm
     events = run([(nothing, lambda: run.events)])
     assert events[0]['mig_pending_pods']['new'] == ['team-a/small']
     assert '/api/v1/nodes' in api.paths
+
+
+@pytest.mark.parametrize('given', [{'floor': {'n': {'1g.10gb': 1}}}, '{"floor": {"n": {"1g.10gb": 1}}}',
+                                   "{'floor': {'n': {'1g.10gb': 1}}}"], ids=['mapping', 'json', 'python'])
+def test_the_policy_as_a_rulebook_renders_it(given):
+    assert source.settings({'policy': given, 'fast': 'True'})['policy'] == {'floor': {'n': {'1g.10gb': 1}}}
