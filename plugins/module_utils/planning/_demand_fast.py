@@ -77,13 +77,47 @@ def read_gpus_annotation(text):
     return host, gpus
 
 
-def fast_creates(hosts, pending, node_objects, pods, policy=None):
+# The holder the fast path gives an instance that a pod bound to the node must hold, though the annotation (written
+# before the pod was bound) names nobody.
+BOUND_HOLDER = '(a pod bound since)'
+
+
+def with_holders(gpus, held):
+    """The annotation's GPUs with at least ``held`` ({profile: count}: what the pods bound to the node, or on their way
+    to it, need) instances of each profile held. The annotation is written when a playbook reads the GPUs, before the
+    pods they were made for are bound: without this an instance a pod holds since would look free, and the next pod of
+    that profile would be planned onto it. Which instance is held does not change a create-only decision (new instances
+    go to slices no instance takes): the first free ones are marked, by placement."""
+    result = []
+    left = dict(held or {})
+    for gpu in gpus:
+        gpu = dict(gpu)
+        instances = []
+        for gi in gpu.get('gpu_instances') or []:
+            if gi.get('allocated_to') and left.get(gi.get('profile'), 0) > 0:
+                left[gi['profile']] -= 1
+            instances.append(gi)
+        gpu['gpu_instances'] = instances
+        result.append(gpu)
+    for gpu in result:
+        marked = []
+        for gi in sorted(gpu['gpu_instances'], key=lambda i: (i.get('placement') or {}).get('start', 0)):
+            if not gi.get('allocated_to') and left.get(gi.get('profile'), 0) > 0:
+                left[gi['profile']] -= 1
+                gi = dict(gi, allocated_to=[BOUND_HOLDER])
+            marked.append(gi)
+        gpu['gpu_instances'] = marked
+    return result
+
+
+def fast_creates(hosts, pending, node_objects, pods, policy=None, held=None):
     """The create-only changes that serve waiting pods, and the pods left to the full demand playbook.
 
     ``hosts``: {inventory host: GPUs as the annotation holds them}; ``node_objects``: {inventory host: its Node
     object}; ``pending``: the waiting pods' requests (as the event source tells them); ``pods``: Pod objects (the
     waiting ones give their node rules, the bound ones take from their node's CPU and memory); ``policy``: the
-    demand playbook's mig_demand_policy.
+    demand playbook's mig_demand_policy; ``held``: {inventory host: {profile: count}} the pods bound to it (or on their
+    way) need (:func:`with_holders`).
 
     Returns ``{'creates': [{host, node, layout: {name, config}, gpus: {GPU index: {profile: count}}, pods}],
     'rest': [pod keys]}``, sorted. A host's change is fast only when the plan creates instances there and does
@@ -95,7 +129,7 @@ def fast_creates(hosts, pending, node_objects, pods, policy=None):
     if not pending:
         return {'creates': [], 'rest': []}
     try:
-        plan = plan_demand(dict((h, {'gpus': hosts[h]}) for h in names), list(pending), policy or {},
+        plan = plan_demand(dict((h, {'gpus': with_holders(hosts[h], (held or {}).get(h))}) for h in names), list(pending), policy or {},
                            {'nodes': dict((h, node_objects[h]) for h in names if node_objects.get(h)), 'pods': list(pods)})
     except DemandPlanError:
         return {'creates': [], 'rest': sorted(p['pod'] for p in pending)}

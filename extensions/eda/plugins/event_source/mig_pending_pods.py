@@ -81,7 +81,9 @@ import sys
 import time
 
 try:
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import holds_mig_devices, pending_mig_request, pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import (
+        holds_mig_devices, pending_mig_request, pod_key, pod_mig_resources)
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
     from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
         CREATE_ANNOTATION, GPUS_ANNOTATION, fast_creates, read_gpus_annotation)
     from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
@@ -90,7 +92,9 @@ except ImportError:
     # module_utils are importable once the folder holding ansible_collections/ is on the path (this file is
     # ansible_collections/gpufleet/mig/extensions/eda/plugins/event_source/mig_pending_pods.py).
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 7)))
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import holds_mig_devices, pending_mig_request, pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import (
+        holds_mig_devices, pending_mig_request, pod_key, pod_mig_resources)
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
     from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
         CREATE_ANNOTATION, GPUS_ANNOTATION, fast_creates, read_gpus_annotation)
     from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
@@ -309,7 +313,7 @@ class FastPath(object):
         self.hosts = {}         # node name -> (inventory host, GPUs)
         self.candidates = set()  # new waiting pods not decided yet
         self.last_new = None
-        self.in_flight = {}     # pod -> (run id, deadline)
+        self.in_flight = {}     # pod -> (run id, deadline, node name)
         self.runs = {}          # run id -> node name, while the run has not told its outcome
         self.given_up = set()
         self.sequence = 0
@@ -361,7 +365,7 @@ class FastPath(object):
         back = set()
         for run_id in ended:
             del self.runs[run_id]
-            pods = sorted(k for k, (r, dummy) in self.in_flight.items() if r == run_id)
+            pods = sorted(k for k, flight in self.in_flight.items() if flight[0] == run_id)
             if deleted or outcome.get('result') != 'created':
                 LOG.info('mig_pending_pods: fast run %s on node %s: %s; %s to the full demand playbook', run_id, name,
                          'node deleted' if deleted else '%s (%s)' % (outcome.get('result'), outcome.get('reason') or 'no reason'),
@@ -387,7 +391,7 @@ class FastPath(object):
 
     # -- when and what --
     def seconds_until_due(self, now):
-        times = [deadline for dummy, deadline in self.in_flight.values()]
+        times = [flight[1] for flight in self.in_flight.values()]
         if self.candidates and self.last_new is not None:
             times.append(self.last_new + self.quiet_period)
         return max(0.0, min(times) - now) if times else None
@@ -397,33 +401,53 @@ class FastPath(object):
 
     def expired(self, now):
         """The pods in flight still waiting ``timeout`` seconds after their event: back to the full path."""
-        late = sorted(k for k, (dummy, deadline) in self.in_flight.items() if deadline <= now)
+        late = sorted(k for k, flight in self.in_flight.items() if flight[1] <= now)
         if late:
             LOG.info('mig_pending_pods: %s still wait(s) %.0fs after the fast create; to the full demand playbook',
                      ', '.join(late), self.timeout)
         return self._give_up(late)
 
+    def held_by_node(self, pending):
+        """{node: {profile: count}} the pods bound to each node hold, and the pods of this path's created runs on
+        their way there (their instances exist, not yet allocated): none of these instances is free."""
+        held = {}
+        for key in sorted(self.pods):
+            spec = self.pods[key]['spec']
+            if not spec.get('nodeName') or self.pods[key]['status'].get('phase') in ('Succeeded', 'Failed'):
+                continue
+            counts = held.setdefault(spec['nodeName'], {})
+            for resource, count in pod_mig_resources(spec).items():
+                profile = profile_of_resource(resource)
+                counts[profile] = counts.get(profile, 0) + count
+        for key in sorted(self.in_flight):
+            if key in pending and self.in_flight[key][0] not in self.runs:
+                counts = held.setdefault(self.in_flight[key][2], {})
+                for profile, count in pending[key].get('requests', {}).items():
+                    counts[profile] = counts.get(profile, 0) + count
+        return held
+
     def decide(self, now, pending):
         """The fast events for the waiting ``pending`` pods ({key: request}); the candidates are decided."""
         self.candidates = set()
         busy = set(self.runs.values())
-        hosts, objects = {}, {}
+        hosts, objects, held = {}, {}, {}
+        needs = self.held_by_node(pending)
         for name in sorted(self.hosts):
             if name in busy:
                 continue
             host, gpus = self.hosts[name]
-            hosts[host], objects[host] = gpus, self.nodes[name]
+            hosts[host], objects[host], held[host] = gpus, self.nodes[name], needs.get(name, {})
         requests = [pending[k] for k in sorted(pending) if k not in self.in_flight and k not in self.given_up]
         if not hosts or not requests:
             return []
-        decided = fast_creates(hosts, requests, objects, [self.pods[k] for k in sorted(self.pods)], self.policy)
+        decided = fast_creates(hosts, requests, objects, [self.pods[k] for k in sorted(self.pods)], self.policy, held)
         events = []
         for change in decided['creates']:
             self.sequence += 1
             run = 'fast-%s-%d' % (self.token, self.sequence)
             self.runs[run] = change['node']
             for key in change['pods']:
-                self.in_flight[key] = (run, now + self.timeout)
+                self.in_flight[key] = (run, now + self.timeout, change['node'])
             events.append({FAST_EVENT_KEY: dict(change, run=run)})
         return events
 

@@ -149,3 +149,18 @@ def test_the_node_patch_carries_the_gpus_and_the_outcome_of_a_run():
     assert list(node_patch('h1', None, 'fast-a-1', 'failed')['metadata']['annotations']) == ['gpufleet.mig/demand-create']
     with pytest.raises(DemandPlanError, match='must be created, refused or failed'):
         node_patch('h1', None, 'fast-a-1', 'done')
+
+
+def test_instances_the_bound_pods_need_are_held_though_the_annotation_names_nobody():
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import BOUND_HOLDER, with_holders
+    gpus = annotated(('1g.10gb', 0, ['ml/held']), ('1g.20gb', 2, []), ('1g.20gb', 4, []))
+    marked = with_holders(gpus, {'1g.20gb': 1, '1g.10gb': 1})
+    assert [(gi['profile'], gi['placement']['start'], gi['allocated_to']) for gi in marked[0]['gpu_instances']] == [
+        ('1g.10gb', 0, ['ml/held']), ('1g.20gb', 2, [BOUND_HOLDER]), ('1g.20gb', 4, [])]
+    assert gpus[0]['gpu_instances'][1]['allocated_to'] == []   # the caller's data unchanged
+    # The next pod: with one held, the free one at 4 serves it (no change: the full path); with both held, one is created.
+    asking = [pod('ml/next', {'1g.20gb': 1})]
+    assert fast_creates({'h1': gpus}, asking, {'h1': k8s_node('n')}, [], held={'h1': {'1g.20gb': 1}}) == \
+        {'creates': [], 'rest': ['ml/next']}
+    plan = fast_creates({'h1': gpus}, asking, {'h1': k8s_node('n')}, [], held={'h1': {'1g.20gb': 2}})
+    assert plan['creates'][0]['gpus'] == {'0': {'1g.20gb': 1}} and plan['creates'][0]['pods'] == ['ml/next']

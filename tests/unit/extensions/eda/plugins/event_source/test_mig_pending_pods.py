@@ -695,3 +695,18 @@ def test_the_source_watches_the_nodes_with_fast_and_tells_the_fast_event(api, tm
                                    "{'floor': {'n': {'1g.10gb': 1}}}"], ids=['mapping', 'json', 'python'])
 def test_the_policy_as_a_rulebook_renders_it(given):
     assert source.settings({'policy': given, 'fast': 'True'})['policy'] == {'floor': {'n': {'1g.10gb': 1}}}
+
+
+def test_the_instance_a_fast_pod_got_is_not_free_for_the_next_one_though_the_annotation_says_so():
+    state = fast_demand()
+    state.update_node(gpu_node(), 0)
+    state.update(small('first'), 100)
+    run = state.take_fast_events(101)[0]['mig_demand_create']['run']
+    # The run's annotation: the new 1g.20gb at 2, which nobody held when the GPUs were read.
+    state.update_node(gpu_node(instances=(('1g.10gb', 0, ['team-a/held']), ('1g.20gb', 2, [])),
+                               outcome={'run': run, 'result': 'created'}), 105)
+    state.update(small('second'), 106)        # first not bound yet: on its way to the instance
+    [event] = state.take_fast_events(107)
+    assert event['mig_demand_create']['gpus'] == {'0': {'1g.20gb': 1}} and event['mig_demand_create']['pods'] == ['team-a/second']
+    state.update(small('first', phase='Running', scheduled=('True', ''), node_name='node-1'), 108)
+    assert state.fast.held_by_node(state.pending) == {'node-1': {'1g.20gb': 1}}
