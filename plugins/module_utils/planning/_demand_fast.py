@@ -159,7 +159,6 @@ def fast_creates(hosts, pending, node_objects, pods, policy=None, held=None):
     return {'creates': creates, 'rest': rest}
 
 
-
 def node_patch(host, facts=None, run=None, result=None, reason=None):
     """The Node patch a playbook writes: the annotation of the GPUs ``facts`` describe (when read), and the outcome of
     fast run ``run`` (``created``, ``refused`` or ``failed``, with its one-line ``reason``), which the event source
