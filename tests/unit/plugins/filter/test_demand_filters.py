@@ -27,7 +27,6 @@ def test_registered():
 
 
 def test_the_node_patch_filter_refuses_a_bad_outcome_in_one_line():
-    from ansible.errors import AnsibleFilterError
     patch = FILTERS['mig_demand_node_patch'](None, 'h1', 'fast-a-1', 'created', 'ok')
     assert list(patch['metadata']['annotations']) == ['gpufleet.mig/demand-create']
     with pytest.raises(AnsibleFilterError, match='must be created, refused or failed'):
