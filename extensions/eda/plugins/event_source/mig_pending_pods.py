@@ -30,7 +30,7 @@ Arguments:
   retry_max: the longest backoff between two attempts after a failure, in seconds (default 30)
   fast: also decide create-only demand here (default false; the shipped rulebook sets it): watch the Nodes too, and
     put a mig_demand_create event for each host where waiting pods fit in free slices (below)
-  fast_quiet_period: seconds without a new waiting pod before the fast decision (default 1, at most quiet_period)
+  fast_quiet_period: seconds without a new waiting pod before the fast decision (default 0.5, at most quiet_period)
   fast_timeout: seconds after a fast event when its pods, still waiting, go to the full path (default 120)
   policy: the demand playbook's mig_demand_policy (a mapping, or its JSON), which the fast decision honours
 
@@ -104,7 +104,7 @@ LOG = logging.getLogger(__name__)
 EVENT_KEY = 'mig_pending_pods'
 FAST_EVENT_KEY = 'mig_demand_create'
 DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0,
-            'fast_quiet_period': 1.0, 'fast_timeout': 120.0}
+            'fast_quiet_period': 0.5, 'fast_timeout': 120.0}
 SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
 # The pods not finished: waiting ones and those holding devices. A pod that ends (Succeeded, Failed) leaves the
 # selection and comes as DELETED, as a deleted one does (the apiserver's cacher, cache_watcher.go).

@@ -252,7 +252,7 @@ def test_the_default_line_limit_reads_a_pod_over_aiohttps_512_kib():
 
 def test_settings_defaults_and_bad_values():
     assert source.settings({}) == {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0,
-                                   'namespace': None, 'fast': False, 'fast_quiet_period': 1.0, 'fast_timeout': 120.0, 'policy': {}}
+                                   'namespace': None, 'fast': False, 'fast_quiet_period': 0.5, 'fast_timeout': 120.0, 'policy': {}}
     assert source.settings({'quiet_period': '2', 'namespace': 'ml', 'retry_max': ''})['quiet_period'] == 2.0
     for bad, words in (({'quiet_period': 'soon'}, 'quiet_period must be a number'),
                        ({'max_delay': 0}, 'max_delay must be more than 0'),
