@@ -38,8 +38,8 @@ The bearer token is sent in the Authorization header only: never logged, never o
 
 Event:
   mig_pending_pods:
-    requests:            # every unschedulable MIG pod still pending, sorted by namespace/name; the shape
-                         # the filter gpufleet.mig.mig_demand_plan takes as its pending pods
+    requests:            # every unschedulable MIG pod still pending (but those of a fast create under way),
+                         # sorted by namespace/name; the shape the filter gpufleet.mig.mig_demand_plan takes
       - pod: team-a/train-0         # namespace/name
         priority: 1000              # spec.priority (0 when unset)
         priority_class: training    # spec.priorityClassName ('' when unset)
@@ -153,8 +153,14 @@ class PendingDemand(object):
     def _new_keys(self):
         return sorted(key for key in self.pending if key not in self.told)
 
+    def _for_the_full_path(self):
+        """The waiting pods the full path plans for: all but those of a fast create under way (their instances are
+        being made; a failed or late fast create gives them back, :meth:`_fall_back`)."""
+        in_flight = self.fast.in_flight if self.fast is not None else {}
+        return sorted(key for key in self.pending if key not in in_flight)
+
     def _nothing_to_tell(self):
-        return not self._new_keys() and not (self.released and self.pending)
+        return not self._new_keys() and not (self.released and self._for_the_full_path())
 
     def _close_burst(self):
         self.burst_start = self.last_change = None
@@ -254,7 +260,7 @@ class PendingDemand(object):
             return None
         new = self._new_keys()
         event = {EVENT_KEY: {
-            'requests': [self.pending[key] for key in sorted(self.pending)],
+            'requests': [self.pending[key] for key in self._for_the_full_path()],
             'new': new,
             'released': sorted(self.released),
             'burst_seconds': round(now - self.burst_start, 3),

@@ -593,8 +593,8 @@ def test_a_burst_splits_the_pod_that_fits_goes_fast_the_other_to_the_full_path()
     assert state.take_event(105) is None
     event = state.take_event(110.2)['mig_pending_pods']
     assert event['new'] == ['team-a/whole']
-    # Every pod still waiting is in the full event's requests (the playbook re-plans; the fast pod's new instance serves it).
-    assert [r['pod'] for r in event['requests']] == ['team-a/small', 'team-a/whole']
+    # The fast pod is not planned again by the full path while its create is under way (its instance is being made).
+    assert [r['pod'] for r in event['requests']] == ['team-a/whole']
 
 
 def test_a_refused_fast_run_gives_its_pods_to_the_full_path_at_once_and_never_fast_again():
@@ -608,7 +608,7 @@ def test_a_refused_fast_run_gives_its_pods_to_the_full_path_at_once_and_never_fa
     state.update_node(gpu_node(outcome={'run': run, 'result': 'refused', 'reason': 'the free slices changed'}), 202)
     assert state.take_fast_events(203) == []
     event = state.take_event(212)['mig_pending_pods']
-    assert event['new'] == ['team-a/small']
+    assert event['new'] == ['team-a/small'] and [r['pod'] for r in event['requests']] == ['team-a/small']
     # Still waiting and updated: not a candidate of the fast path again.
     state.update(small(resource_version='2'), 213)
     assert state.take_fast_events(300) == [] and state.fast.candidates == set()
