@@ -13,6 +13,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import node_patch
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._node_events import unmet_demand_events
@@ -32,8 +33,18 @@ def mig_demand_events(unmet_reasons, pods, existing, stamp):
     return unmet_demand_events(unmet_reasons, pods, existing, stamp)
 
 
+def mig_demand_node_patch(facts, host, run=None, result=None, reason=None):
+    """The Node patch of the demand fast path: the host's GPU annotation (``facts``: nvidia_mig facts, or None) and the
+    outcome of fast run ``run``."""
+    try:
+        return node_patch(host, facts, run, result, reason)
+    except DemandPlanError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
 class FilterModule(object):
     """gpufleet.mig demand filters."""
 
     def filters(self):
-        return {'mig_demand_plan': mig_demand_plan, 'mig_demand_events': mig_demand_events}
+        return {'mig_demand_plan': mig_demand_plan, 'mig_demand_events': mig_demand_events,
+                'mig_demand_node_patch': mig_demand_node_patch}

@@ -155,6 +155,14 @@ options:
         included), or from the cgroups of the GPU processes where pod-resources were not read.
     type: bool
     default: false
+  create_only:
+    description:
+      - The demand fast path's guard (playbooks/mig_demand_create.yml), GPU index to the count of each profile it expects
+        to create there, for example GPU C(0) to C(1g.20gb) C(1).
+      - The change must be exactly those GPU instances created in free slices, their compute instances included.
+        A destroy, a MIG mode change, a reset or any other create fails before any GPU changes, naming what the GPUs
+        would need (the free slices the decision was made on are gone). A host already in the layout changes nothing.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -577,7 +585,8 @@ def main_body(module):
     systemd = Systemd(module, params['systemd'])
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            evict=params['evict'], drain=params['drain'], defer_pending=params['defer_pending'])
+                            evict=params['evict'], drain=params['drain'], defer_pending=params['defer_pending'],
+                            create_only=params['create_only'])
     # Only a change needs systemctl (clients stopped, units enabled); a decision or check mode reads without it.
     if params['apply'] and not module.check_mode and systemd.missing():
         module.fail_json(msg=systemd.missing())
@@ -684,6 +693,7 @@ def main():
         evict=dict(type='bool', default=False),
         drain=dict(type='bool', default=False),
         defer_pending=dict(type='bool', default=False),
+        create_only=dict(type='dict'),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)

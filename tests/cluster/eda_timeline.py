@@ -4,6 +4,14 @@
 (molecule/cluster/tasks/eda_demand.yml): from three logs that each carry the wall clock.
 
   eda_timeline.py CREATED_AT RULEBOOK_LOG ANSIBLE_LOG WATCH_FILE POD RESOURCE
+  eda_timeline.py --fast RULEBOOK_LOG ANSIBLE_LOG WATCH_FILE RESOURCE POD=CREATED_AT=COUNT...
+
+--fast: the create-only fast path (playbooks/mig_demand_create.yml), one run per POD (created at CREATED_AT, the
+node advertising COUNT of RESOURCE once its instance is there), and the median of each segment over the runs:
+debounce (the scheduler marks the pod unschedulable, the source's fast quiet period and decision: its line
+"fast create <run> ... for <pod>"), rulebook to playbook, lease and create (the fleet lease, nvidia_mig_layout with
+create_only), device plugin signal (the SIGHUP), kubelet node status (the plugin's enumeration, the kubelet's
+ListAndWatch update and its next node status update: nodeStatusUpdateFrequency), scheduling, container start.
 
 CREATED_AT: the wall clock (seconds since the epoch) just before the pod was created. RULEBOOK_LOG:
 ansible-rulebook's output with -v (Python logging, asctime in local time): the event source's line
@@ -122,7 +130,91 @@ def timeline(created_at, rulebook_log, ansible_log, watch_lines, pod, resource):
             'total': None if running is None else round(running - created_at, 1)}
 
 
+FAST_EVENT_LINE = 'mig_pending_pods: fast create '
+FAST_PLAYBOOK_LINE = 'PLAY [Create the instances the waiting pods need, only in free slices]'
+FAST_CREATE_TASK = 'Create the instances in free slices (nvidia_mig_layout, create_only)'
+FAST_SIGNAL_TASK = "Make the node's device plugin enumerate the new instances"
+FAST_SEGMENTS = (('event', 'debounce'), ('playbook_start', 'rulebook to playbook'), ('created', 'lease and create'),
+                 ('signalled', 'device plugin signal'), ('advertised', 'kubelet node status'), ('bound', 'scheduling'),
+                 ('running', 'container start'))
+
+
+def fast_timeline(created_at, rulebook_log, ansible_log, watch_lines, pod, resource, count):
+    """One fast run: the source's fast event naming ``pod`` (the first after ``created_at``), the fast playbook that
+    started after it, its create and signal tasks, the node advertising ``count`` of ``resource``, the pod bound and
+    running."""
+    events = [at for at, line in _stamped(rulebook_log, created_at)
+              if FAST_EVENT_LINE in line and ' for ' in line
+              and pod in [key.strip().split('/', 1)[-1] for key in line.rsplit(' for ', 1)[1].split(',')]]
+    event = events[0] if events else None
+    played = [(at, line) for at, line in _stamped(ansible_log, created_at) if event is None or at >= event]
+    starts = [at for at, line in played if FAST_PLAYBOOK_LINE in line]
+    started = starts[0] if starts else None
+    run = [(at, line) for at, line in played if started is not None and at >= started]
+    created = _task_end(run, FAST_CREATE_TASK)
+    signalled = _task_end(run, FAST_SIGNAL_TASK)
+    advertised = bound = running = None
+    for entry in watch_lines:
+        at = entry.get('at')
+        if at is None or at < created_at:
+            continue
+        if entry.get('kind') == 'node' and advertised is None and signalled is not None and at >= signalled - 1 \
+                and (entry.get('allocatable') or {}).get(resource, 0) >= count:
+            advertised = at
+        if entry.get('kind') == 'pod' and entry.get('name') == pod:
+            if bound is None and entry.get('node'):
+                bound = at
+            if running is None and entry.get('phase') == 'Running' and entry.get('running'):
+                running = at
+    points = [('event', event), ('playbook_start', started), ('created', created), ('signalled', signalled),
+              ('advertised', advertised), ('bound', bound), ('running', running)]
+    names = dict(FAST_SEGMENTS)
+    segments = []
+    before = created_at
+    for key, at in points:
+        if at is None:
+            segments.append({'segment': names[key], 'seconds': None})
+            continue
+        segments.append({'segment': names[key], 'seconds': round(at - before, 1)})
+        before = at
+    return {'pod': pod, 'points': dict((key, None if at is None else round(at - created_at, 1)) for key, at in points),
+            'segments': segments, 'total': None if running is None else round(running - created_at, 1)}
+
+
+def median(values):
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
+        return None
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else round((ordered[middle - 1] + ordered[middle]) / 2.0, 2)
+
+
+def fast_runs(rulebook_log, ansible_log, watch_lines, resource, runs):
+    """Every run's timeline, and per segment (and the total) the median, minimum and maximum over the runs."""
+    timelines = [fast_timeline(created_at, rulebook_log, ansible_log, watch_lines, pod, resource, count)
+                 for pod, created_at, count in runs]
+    summary = []
+    for dummy, name in FAST_SEGMENTS + (('total', 'total'),):
+        values = [t['total'] if name == 'total' else [s['seconds'] for s in t['segments'] if s['segment'] == name][0]
+                  for t in timelines]
+        known = [v for v in values if v is not None]
+        summary.append({'segment': name, 'median': median(values), 'min': min(known) if known else None,
+                        'max': max(known) if known else None, 'runs': values})
+    return {'runs': timelines, 'summary': summary}
+
+
 def main(argv):
+    if argv and argv[0] == '--fast':
+        rulebook_log, ansible_log, watch_file, resource = argv[1:5]
+        runs = []
+        for spec in argv[5:]:
+            pod, created_at, count = spec.rsplit('=', 2)
+            runs.append((pod, float(created_at), int(count)))
+        with open(rulebook_log) as rulebook, open(ansible_log) as played, open(watch_file) as watch:
+            watch_lines = [json.loads(line) for line in watch if line.strip()]
+            result = fast_runs(rulebook.read(), played.read(), watch_lines, resource, runs)
+        print(json.dumps(result, sort_keys=True))
+        return
     created_at, rulebook_log, ansible_log, watch_file, pod, resource = argv
     with open(rulebook_log) as rulebook, open(ansible_log) as played, open(watch_file) as watch:
         watch_lines = [json.loads(line) for line in watch if line.strip()]

@@ -86,3 +86,48 @@ def test_a_burst_split_in_two_runs_is_timed_on_the_run_that_changed_the_node():
     result = eda_timeline.timeline(BASE, rulebook, ansible, WATCH, 'small', 'nvidia.com/mig-1g.20gb')
     assert result['points']['event'] == 3.5 and result['points']['playbook_start'] == 5.0
     assert result['playbook_end'] == 30.0
+
+
+FAST_RULEBOOK = '\n'.join([
+    stamp(1.8) + ' - mig_pending_pods - INFO - mig_pending_pods: fast create fast-ab-1 on host sim (node n): '
+    '{"0": {"1g.20gb": 1}} for mig-demand/fast-1',
+    stamp(31.5) + ' - mig_pending_pods - INFO - mig_pending_pods: fast create fast-ab-2 on host sim (node n): '
+    '{"0": {"1g.20gb": 1}} for mig-demand/fast-10, mig-demand/fast-2',
+])
+FAST_ANSIBLE = '\n'.join([
+    stamp(3.0) + ' p=1 u=root n=ansible | PLAY [Create the instances the waiting pods need, only in free slices] ****',
+    stamp(3.5) + ' p=1 u=root n=ansible | TASK [Take the fleet lease (refused when a planning run keeps it)] ****',
+    stamp(4.0) + ' p=1 u=root n=ansible | TASK [Create the instances in free slices (nvidia_mig_layout, create_only)] ****',
+    stamp(5.5) + " p=1 u=root n=ansible | TASK [Make the node's device plugin enumerate the new instances] ****",
+    stamp(6.0) + ' p=1 u=root n=ansible | TASK [Note the outcome] ****',
+    stamp(8.0) + ' p=1 u=root n=ansible | PLAY RECAP ****',
+    stamp(33.0) + ' p=1 u=root n=ansible | PLAY [Create the instances the waiting pods need, only in free slices] ****',
+    stamp(34.0) + ' p=1 u=root n=ansible | TASK [Create the instances in free slices (nvidia_mig_layout, create_only)] ****',
+    stamp(35.0) + " p=1 u=root n=ansible | TASK [Make the node's device plugin enumerate the new instances] ****",
+    stamp(35.4) + ' p=1 u=root n=ansible | TASK [Note the outcome] ****',
+])
+FAST_WATCH = [
+    {'kind': 'node', 'at': BASE + 2, 'allocatable': {'nvidia.com/mig-1g.20gb': 0}},
+    {'kind': 'node', 'at': BASE + 11, 'allocatable': {'nvidia.com/mig-1g.20gb': 1}},
+    {'kind': 'pod', 'at': BASE + 11.2, 'name': 'fast-1', 'phase': 'Pending', 'running': False, 'node': 'n'},
+    {'kind': 'pod', 'at': BASE + 12.0, 'name': 'fast-1', 'phase': 'Running', 'running': True, 'node': 'n'},
+    {'kind': 'node', 'at': BASE + 38, 'allocatable': {'nvidia.com/mig-1g.20gb': 2}},
+    {'kind': 'pod', 'at': BASE + 38.1, 'name': 'fast-2', 'phase': 'Pending', 'running': False, 'node': 'n'},
+    {'kind': 'pod', 'at': BASE + 39.1, 'name': 'fast-2', 'phase': 'Running', 'running': True, 'node': 'n'},
+]
+
+
+def test_the_fast_path_runs_and_their_medians():
+    result = eda_timeline.fast_runs(FAST_RULEBOOK, FAST_ANSIBLE, FAST_WATCH, 'nvidia.com/mig-1g.20gb',
+                                    [('fast-1', BASE, 1), ('fast-2', BASE + 30, 2)])
+    first, second = result['runs']
+    assert first['points'] == {'event': 1.8, 'playbook_start': 3.0, 'created': 5.5, 'signalled': 6.0,
+                               'advertised': 11.0, 'bound': 11.2, 'running': 12.0}
+    assert first['total'] == 12.0 and round(sum(s['seconds'] for s in first['segments']), 1) == 12.0
+    # The second run: its own event (a pod named fast-10 is not fast-2), its own playbook, the second instance.
+    assert second['points'] == {'event': 1.5, 'playbook_start': 3.0, 'created': 5.0, 'signalled': 5.4,
+                                'advertised': 8.0, 'bound': 8.1, 'running': 9.1}
+    summary = dict((s['segment'], s) for s in result['summary'])
+    assert summary['total'] == {'segment': 'total', 'median': 10.55, 'min': 9.1, 'max': 12.0, 'runs': [12.0, 9.1]}
+    assert summary['kubelet node status']['runs'] == [5.0, 2.6]
+    assert eda_timeline.median([3.0, None, 1.0, 2.0]) == 2.0 and eda_timeline.median([None]) is None

@@ -116,7 +116,9 @@ def test_one_playbook_run_per_burst_with_every_pending_mig_request_through_every
                                                     'args': [str(plugin)], 'interactiveMode': 'Never'}}}]}))
     (tmp_path / 'vars.yml').write_text(json.dumps({
         'mig_demand_kubeconfig': str(kubeconfig), 'mig_demand_quiet_period': QUIET, 'mig_demand_max_delay': 30,
-        'mig_demand_retry_max': 1, 'mig_demand_playbook': RECORD_PLAYBOOK}))
+        'mig_demand_retry_max': 1, 'mig_demand_playbook': RECORD_PLAYBOOK,
+        # The full path against a fake API server that serves pods only; the fast path: the cluster check (docs/eda.md).
+        'mig_demand_fast': False}))
     (tmp_path / 'inventory.yml').write_text('all:\n  hosts:\n    localhost:\n      ansible_connection: local\n'
                                             '      ansible_python_interpreter: "{{ ansible_playbook_python }}"\n')
     record_dir = tmp_path / 'runs'
@@ -238,7 +240,8 @@ def test_the_rulebook_runs_the_demand_playbook_which_creates_the_instance_on_the
         'current-context': 'fake', 'clusters': [{'name': 'fake', 'cluster': {'server': api.url}}],
         'contexts': [{'name': 'fake', 'context': {'cluster': 'fake', 'user': 'eda'}}],
         'users': [{'name': 'eda', 'user': {'token': TOKEN}}]}))
-    (tmp_path / 'vars.yml').write_text(json.dumps({'mig_demand_kubeconfig': str(kubeconfig), 'mig_demand_quiet_period': 1}))
+    (tmp_path / 'vars.yml').write_text(json.dumps({'mig_demand_kubeconfig': str(kubeconfig), 'mig_demand_quiet_period': 1,
+                                                   'mig_demand_fast': False}))
     state_file = os.path.join(state_dir, 'sim-a100-01', 'gpus.json')
 
     def a100_profiles():

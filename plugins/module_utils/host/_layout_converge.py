@@ -21,6 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import contextlib
+import json
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
@@ -46,10 +47,12 @@ class LayoutRequest(object):
     allocations (_pod_allocations.allocations_of), so a drain sees renamed resources and DRA claims as in place does.
     ``defer_pending``: a GPU whose MIG mode change would stay pending until a reboot gets its mode set back at once
     (action ``revert_mig_mode``): nothing is left pending on it before the role has drained the node for the reboot.
+    ``create_only``: {GPU index: {profile: count}}, the demand fast path's expected creates: a change that is anything
+    else is refused before any GPU changes (_demand_fast.create_refusal); None: no such limit.
     """
 
     def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evict=False,
-                 drain=False, defer_pending=False):
+                 drain=False, defer_pending=False, create_only=None):
         self.name = name
         self.entries = entries
         self.unmatched = unmatched
@@ -59,6 +62,7 @@ class LayoutRequest(object):
         self.evict = evict
         self.drain = drain
         self.defer_pending = defer_pending
+        self.create_only = create_only
 
 
 class GpuDecision(object):
@@ -273,6 +277,33 @@ def in_layout_by_uuid(host, request):
     return result
 
 
+def create_refusal(decisions, expected):
+    """Why a host's change is not exactly the creates the fast path expects, or None.
+
+    ``decisions``: each GPU's decision as nvidia_mig_layout returns it (index, actions, deferred); ``expected``:
+    {GPU index: {profile: count}} of GPU instances to create. Anything but those creates (a destroy, a mode change,
+    a reset, other creates, a GPU waiting for its mode) is refused: the free slices the decision was made on are
+    not there any more, and the full demand path decides again."""
+    wanted = dict((str(index), dict(counts)) for index, counts in (expected or {}).items())
+    found = {}
+    for gpu in decisions:
+        index = str(gpu.get('index'))
+        if gpu.get('deferred'):
+            return 'GPU %s waits for a MIG mode change' % index
+        for action in gpu.get('actions') or []:
+            kind = action.get('action')
+            if kind == 'create_gpu_instance':
+                counts = found.setdefault(index, {})
+                counts[action.get('profile')] = counts.get(action.get('profile'), 0) + 1
+            elif kind != 'create_compute_instance':
+                return 'GPU %s would need %s (%s), not only the creates expected' % (
+                    index, str(kind).replace('_', ' '), action.get('profile') or action.get('mode') or '')
+    if found != wanted:
+        return 'the GPUs would get %s, not the creates expected (%s): the free slices changed since the decision' % (
+            json.dumps(found, sort_keys=True), json.dumps(wanted, sort_keys=True))
+    return None
+
+
 @contextlib.contextmanager
 def _no_clients():
     yield []
@@ -290,6 +321,10 @@ def converge(backend, request, apply=True, hold_clients=None, host=None):
     """
     host = host or backend.read_host()
     before = decide(host, request)
+    if request.create_only is not None and not before.in_layout:
+        refusal = create_refusal([gpu.as_dict() for gpu in before.gpus], request.create_only)
+        if refusal:
+            raise PlanningError('layout %s is not a create-only change here: %s' % (request.name, refusal))
     if not apply or before.in_layout:
         return before, None, [], host
     if request.evict:

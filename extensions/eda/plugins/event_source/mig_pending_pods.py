@@ -28,13 +28,18 @@ Arguments:
   max_delay: seconds after a burst's start when the event goes out even if pods keep coming (default 60)
   watch_timeout: seconds each watch request asks the API server to keep open (default 300)
   retry_max: the longest backoff between two attempts after a failure, in seconds (default 30)
+  fast: also decide create-only demand here (default false; the shipped rulebook sets it): watch the Nodes too, and
+    put a mig_demand_create event for each host where waiting pods fit in free slices (below)
+  fast_quiet_period: seconds without a new waiting pod before the fast decision (default 0.5, at most quiet_period)
+  fast_timeout: seconds after a fast event when its pods, still waiting, go to the full path (default 120)
+  policy: the demand playbook's mig_demand_policy (a mapping, or its JSON), which the fast decision honours
 
 The bearer token is sent in the Authorization header only: never logged, never on a command line.
 
 Event:
   mig_pending_pods:
-    requests:            # every unschedulable MIG pod still pending, sorted by namespace/name; the shape
-                         # the filter gpufleet.mig.mig_demand_plan takes as its pending pods
+    requests:            # every unschedulable MIG pod still pending (but those of a fast create under way),
+                         # sorted by namespace/name; the shape the filter gpufleet.mig.mig_demand_plan takes
       - pod: team-a/train-0         # namespace/name
         priority: 1000              # spec.priority (0 when unset)
         priority_class: training    # spec.priorityClassName ('' when unset)
@@ -43,6 +48,17 @@ Event:
     new: ["team-a/train-0"]  # the pods of this burst that were not told before
     released: []             # the pods whose end or deletion freed MIG devices during this burst
     burst_seconds: 10.0      # from the burst's start to the event
+
+  mig_demand_create:        # with fast: pods that fit in free slices of one host, as its Node's annotation
+    run: fast-1a2b3c4d-1       #   gpufleet.mig/gpus says (written by the playbooks that read its GPUs)
+    host: gpu-host-1           # the inventory host, and its Node
+    node: gpu-node-1
+    layout: {name: demand-0123456789ab, config: {...}}   # the generated layout (the full path's own)
+    gpus: {"0": {"1g.20gb": 1}}  # the creates expected on each GPU: anything else is refused on the host
+    pods: [team-a/infer-0]
+  The run's outcome comes back as the Node's annotation gpufleet.mig/demand-create; until then the source decides
+  nothing on that node; a refused or failed run, or pods still waiting fast_timeout seconds after it, go to the full
+  path (a mig_pending_pods event) and are never decided here again while they wait.
 
 Examples:
   sources:
@@ -54,6 +70,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ast
 import asyncio
 import email.utils
 import json
@@ -64,18 +81,30 @@ import sys
 import time
 
 try:
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import holds_mig_devices, pending_mig_request, pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import (
+        holds_mig_devices, pending_mig_request, pod_key, pod_mig_resources)
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
+        CREATE_ANNOTATION, GPUS_ANNOTATION, fast_creates, read_gpus_annotation)
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
 except ImportError:
     # ansible-rulebook runs this file with runpy, outside Ansible's collection loader: the collection's own
     # module_utils are importable once the folder holding ansible_collections/ is on the path (this file is
     # ansible_collections/gpufleet/mig/extensions/eda/plugins/event_source/mig_pending_pods.py).
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 7)))
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import holds_mig_devices, pending_mig_request, pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import (
+        holds_mig_devices, pending_mig_request, pod_key, pod_mig_resources)
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
+        CREATE_ANNOTATION, GPUS_ANNOTATION, fast_creates, read_gpus_annotation)
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
 
 LOG = logging.getLogger(__name__)
 
 EVENT_KEY = 'mig_pending_pods'
-DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0}
+FAST_EVENT_KEY = 'mig_demand_create'
+DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0,
+            'fast_quiet_period': 0.5, 'fast_timeout': 120.0}
 SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
 # The pods not finished: waiting ones and those holding devices. A pod that ends (Succeeded, Failed) leaves the
 # selection and comes as DELETED, as a deleted one does (the apiserver's cacher, cache_watcher.go).
@@ -110,9 +139,10 @@ class PendingDemand(object):
     Times are any monotonic clock in seconds (the caller's).
     """
 
-    def __init__(self, quiet_period, max_delay):
+    def __init__(self, quiet_period, max_delay, fast=None):
         self.quiet_period = float(quiet_period)
         self.max_delay = float(max_delay)
+        self.fast = fast
         self.pending = {}
         self.told = set()
         self.holders = set()
@@ -123,8 +153,14 @@ class PendingDemand(object):
     def _new_keys(self):
         return sorted(key for key in self.pending if key not in self.told)
 
+    def _for_the_full_path(self):
+        """The waiting pods the full path plans for: all but those of a fast create under way (their instances are
+        being made; a failed or late fast create gives them back, :meth:`_fall_back`)."""
+        in_flight = self.fast.in_flight if self.fast is not None else {}
+        return sorted(key for key in self.pending if key not in in_flight)
+
     def _nothing_to_tell(self):
-        return not self._new_keys() and not (self.released and self.pending)
+        return not self._new_keys() and not (self.released and self._for_the_full_path())
 
     def _close_burst(self):
         self.burst_start = self.last_change = None
@@ -138,6 +174,8 @@ class PendingDemand(object):
     def update(self, pod, now, deleted=False):
         """Take one pod as the API server now has it (``deleted``: it is gone or left the watched set)."""
         key = pod_key(pod)
+        if self.fast is not None:
+            self.fast.update_pod(pod, deleted)
         if not deleted and holds_mig_devices(pod):
             self.holders.add(key)
         elif key in self.holders:
@@ -149,6 +187,8 @@ class PendingDemand(object):
         if request is None:
             self.pending.pop(key, None)
             self.told.discard(key)
+            if self.fast is not None:
+                self.fast.forget(key)
             if self._nothing_to_tell():
                 self._close_burst()
             return
@@ -156,6 +196,40 @@ class PendingDemand(object):
         self.pending[key] = request
         if was_new:
             self._mark_change(now)
+            if self.fast is not None:
+                self.fast.candidate(key, now)
+
+    def update_node(self, node, now, deleted=False):
+        """Take one Node as the API server now has it: the fast path's GPUs and rules, and the outcome of its runs."""
+        if self.fast is not None:
+            self._fall_back(self.fast.update_node(node, deleted), now)
+
+    def replace_nodes(self, nodes, now):
+        """A fresh list of every Node: nodes not in it are gone."""
+        if self.fast is not None:
+            self._fall_back(self.fast.replace_nodes(nodes), now)
+
+    def _fall_back(self, keys, now):
+        """The pods the fast path gave up on and that still wait go to the full demand playbook: new again."""
+        for key in sorted(keys):
+            if key in self.pending and key in self.told:
+                self.told.discard(key)
+                self._mark_change(now)
+
+    def take_fast_events(self, now):
+        """The fast path's events due now (create-only changes, one per host), its pods told; the pods whose fast run
+        failed or timed out go back to the full path."""
+        if self.fast is None:
+            return []
+        self._fall_back(self.fast.expired(now), now)
+        if not self.fast.due(now):
+            return []
+        events = self.fast.decide(now, dict((key, self.pending[key]) for key in self.pending))
+        for event in events:
+            self.told.update(event[FAST_EVENT_KEY]['pods'])
+        if self._nothing_to_tell():
+            self._close_burst()
+        return events
 
     def replace_all(self, pods, now):
         """A fresh list of every pod (after a start or a failure): pods not in it are gone, and a holder among
@@ -168,22 +242,25 @@ class PendingDemand(object):
 
     def seconds_until_due(self, now):
         """Seconds until the open burst's event is due (0: due now), or None when no burst is open."""
+        fast = self.fast.seconds_until_due(now) if self.fast is not None else None
         if self.burst_start is None:
-            return None
-        due = min(self.last_change + self.quiet_period, self.burst_start + self.max_delay)
-        return max(0.0, due - now)
+            return fast
+        due = max(0.0, min(self.last_change + self.quiet_period, self.burst_start + self.max_delay) - now)
+        return due if fast is None else min(due, fast)
 
     def take_event(self, now):
         """The event of the burst when it is due (and the burst closed), else None."""
-        wait = self.seconds_until_due(now)
-        if wait is None or wait > 0:
+        if self.burst_start is None:
+            return None
+        wait = max(0.0, min(self.last_change + self.quiet_period, self.burst_start + self.max_delay) - now)
+        if wait > 0:
             return None
         if self._nothing_to_tell():
             self._close_burst()
             return None
         new = self._new_keys()
         event = {EVENT_KEY: {
-            'requests': [self.pending[key] for key in sorted(self.pending)],
+            'requests': [self.pending[key] for key in self._for_the_full_path()],
             'new': new,
             'released': sorted(self.released),
             'burst_seconds': round(now - self.burst_start, 3),
@@ -191,6 +268,194 @@ class PendingDemand(object):
         self.told.update(new)
         self._close_burst()
         return event
+
+
+# ---- the create-only fast path (pure) ------------------------------------------------------------------------
+
+def slim_pod(pod):
+    """What the fast path keeps of a pod: its name, node, phase and what kube-scheduler's filters read (node
+    selector, affinity, tolerations, the containers' resources, the overhead; _node_fit)."""
+    metadata = pod.get('metadata') or {}
+    spec = pod.get('spec') or {}
+
+    def containers(entries):
+        return [dict((k, c[k]) for k in ('name', 'resources', 'restartPolicy') if k in c) for c in entries or []]
+    slim_spec = dict((k, spec[k]) for k in ('nodeName', 'nodeSelector', 'affinity', 'tolerations', 'overhead', 'priority',
+                                            'priorityClassName') if spec.get(k) is not None)
+    slim_spec['containers'] = containers(spec.get('containers'))
+    slim_spec['initContainers'] = containers(spec.get('initContainers'))
+    return {'metadata': dict((k, metadata[k]) for k in ('namespace', 'name', 'creationTimestamp') if k in metadata),
+            'spec': slim_spec, 'status': {'phase': (pod.get('status') or {}).get('phase')}}
+
+
+def slim_node(node):
+    """What the fast path keeps of a GPU node: its name, labels, taints and allocatable (_node_fit.NodeRoom)."""
+    metadata = node.get('metadata') or {}
+    return {'metadata': {'name': metadata.get('name'), 'labels': dict(metadata.get('labels') or {})},
+            'spec': {'taints': list((node.get('spec') or {}).get('taints') or [])},
+            'status': {'allocatable': dict((node.get('status') or {}).get('allocatable') or {})}}
+
+
+class FastPath(object):
+    """Create-only demand decided here, from the pods and the GPU nodes this source watches (docs/eda.md).
+
+    Each GPU node's annotation gpufleet.mig/gpus holds its host's GPUs (_demand_fast). ``quiet_period`` seconds after
+    the latest new waiting pod, the fleet demand planner runs over every pod still waiting (but those in a fast run
+    or given up on) and the annotated nodes (but those with a fast run under way: their annotation is about to
+    change); each host whose change only creates instances in free slices becomes one event (run id, host, node,
+    generated layout, expected creates, pods). Its pods are then in flight until the node's annotation
+    gpufleet.mig/demand-create names the run: ``refused`` (or ``failed``) gives them back to the full path at once,
+    ``created`` leaves them to the scheduler; any still waiting ``timeout`` seconds after the event goes back too.
+    A pod given back is never decided here again while it waits.
+    """
+
+    def __init__(self, quiet_period, timeout, policy=None, token=None):
+        self.quiet_period = float(quiet_period)
+        self.timeout = float(timeout)
+        self.policy = dict(policy or {})
+        self.token = token or os.urandom(4).hex()
+        self.pods = {}          # namespace/name -> slim pod (every pod not finished)
+        self.nodes = {}         # node name -> slim node, for the nodes with a GPU annotation
+        self.hosts = {}         # node name -> (inventory host, GPUs)
+        self.candidates = set()  # new waiting pods not decided yet
+        self.last_new = None
+        self.in_flight = {}     # pod -> (run id, deadline, node name)
+        self.runs = {}          # run id -> node name, while the run has not told its outcome
+        self.given_up = set()
+        self.sequence = 0
+
+    # -- what is watched --
+    def update_pod(self, pod, deleted):
+        key = pod_key(pod)
+        if deleted:
+            self.pods.pop(key, None)
+        else:
+            self.pods[key] = slim_pod(pod)
+
+    def forget(self, key):
+        """The pod no longer waits (bound, ended or deleted)."""
+        self.candidates.discard(key)
+        self.in_flight.pop(key, None)
+        self.given_up.discard(key)
+
+    def candidate(self, key, now):
+        if key not in self.given_up and key not in self.in_flight:
+            self.candidates.add(key)
+            self.last_new = now
+
+    def update_node(self, node, deleted):
+        """Take one Node; the pods to give back to the full path (a run that told ``refused`` or ``failed``)."""
+        metadata = node.get('metadata') or {}
+        name = metadata.get('name') or ''
+        annotations = metadata.get('annotations') or {}
+        text = None if deleted else annotations.get(GPUS_ANNOTATION)
+        self.nodes.pop(name, None)
+        self.hosts.pop(name, None)
+        if text is not None:
+            try:
+                self.hosts[name] = read_gpus_annotation(text)
+                self.nodes[name] = slim_node(node)
+            except DemandPlanError as exc:
+                LOG.warning('mig_pending_pods: node %s: %s; no fast path there', name, exc)
+        outcome = {}
+        if not deleted and annotations.get(CREATE_ANNOTATION):
+            try:
+                outcome = json.loads(annotations[CREATE_ANNOTATION])
+            except ValueError:
+                outcome = {}
+        run = outcome.get('run') if isinstance(outcome, dict) else None
+        if deleted:
+            ended = [r for r, n in self.runs.items() if n == name]
+        else:
+            ended = [run] if run in self.runs else []
+        back = set()
+        for run_id in ended:
+            del self.runs[run_id]
+            pods = sorted(k for k, flight in self.in_flight.items() if flight[0] == run_id)
+            if deleted or outcome.get('result') != 'created':
+                LOG.info('mig_pending_pods: fast run %s on node %s: %s; %s to the full demand playbook', run_id, name,
+                         'node deleted' if deleted else '%s (%s)' % (outcome.get('result'), outcome.get('reason') or 'no reason'),
+                         ', '.join(pods) or 'no pod')
+                back.update(self._give_up(pods))
+        return back
+
+    def replace_nodes(self, nodes):
+        listed = set((n.get('metadata') or {}).get('name') for n in nodes)
+        back = set()
+        for name in sorted((set(self.nodes) | set(self.runs.values())) - listed):
+            back.update(self.update_node({'metadata': {'name': name}}, True))
+        for node in nodes:
+            back.update(self.update_node(node, False))
+        return back
+
+    def _give_up(self, keys):
+        for key in keys:
+            self.in_flight.pop(key, None)
+            self.candidates.discard(key)
+            self.given_up.add(key)
+        return set(keys)
+
+    # -- when and what --
+    def seconds_until_due(self, now):
+        times = [flight[1] for flight in self.in_flight.values()]
+        if self.candidates and self.last_new is not None:
+            times.append(self.last_new + self.quiet_period)
+        return max(0.0, min(times) - now) if times else None
+
+    def due(self, now):
+        return bool(self.candidates) and self.last_new is not None and now >= self.last_new + self.quiet_period
+
+    def expired(self, now):
+        """The pods in flight still waiting ``timeout`` seconds after their event: back to the full path."""
+        late = sorted(k for k, flight in self.in_flight.items() if flight[1] <= now)
+        if late:
+            LOG.info('mig_pending_pods: %s still wait(s) %.0fs after the fast create; to the full demand playbook',
+                     ', '.join(late), self.timeout)
+        return self._give_up(late)
+
+    def held_by_node(self, pending):
+        """{node: {profile: count}} the pods bound to each node hold, and the pods of this path's created runs on
+        their way there (their instances exist, not yet allocated): none of these instances is free."""
+        held = {}
+        for key in sorted(self.pods):
+            spec = self.pods[key]['spec']
+            if not spec.get('nodeName') or self.pods[key]['status'].get('phase') in ('Succeeded', 'Failed'):
+                continue
+            counts = held.setdefault(spec['nodeName'], {})
+            for resource, count in pod_mig_resources(spec).items():
+                profile = profile_of_resource(resource)
+                counts[profile] = counts.get(profile, 0) + count
+        for key in sorted(self.in_flight):
+            if key in pending and self.in_flight[key][0] not in self.runs:
+                counts = held.setdefault(self.in_flight[key][2], {})
+                for profile, count in pending[key].get('requests', {}).items():
+                    counts[profile] = counts.get(profile, 0) + count
+        return held
+
+    def decide(self, now, pending):
+        """The fast events for the waiting ``pending`` pods ({key: request}); the candidates are decided."""
+        self.candidates = set()
+        busy = set(self.runs.values())
+        hosts, objects, held = {}, {}, {}
+        needs = self.held_by_node(pending)
+        for name in sorted(self.hosts):
+            if name in busy:
+                continue
+            host, gpus = self.hosts[name]
+            hosts[host], objects[host], held[host] = gpus, self.nodes[name], needs.get(name, {})
+        requests = [pending[k] for k in sorted(pending) if k not in self.in_flight and k not in self.given_up]
+        if not hosts or not requests:
+            return []
+        decided = fast_creates(hosts, requests, objects, [self.pods[k] for k in sorted(self.pods)], self.policy, held)
+        events = []
+        for change in decided['creates']:
+            self.sequence += 1
+            run = 'fast-%s-%d' % (self.token, self.sequence)
+            self.runs[run] = change['node']
+            for key in change['pods']:
+                self.in_flight[key] = (run, now + self.timeout, change['node'])
+            events.append({FAST_EVENT_KEY: dict(change, run=run)})
+        return events
 
 
 # ---- failures and when to try again (pure) ----------------------------------------------------------------
@@ -333,12 +598,34 @@ def settings(args):
         raise SourceError('max_delay (%s) must be at least quiet_period (%s)' % (result['max_delay'], result['quiet_period']))
     result['watch_timeout'] = int(result['watch_timeout'])
     result['namespace'] = args.get('namespace') or None
+    fast = args.get('fast', False)
+    if isinstance(fast, str):
+        if fast.strip().lower() not in ('true', 'false', 'yes', 'no', ''):
+            raise SourceError('fast must be true or false, got %r' % fast)
+        fast = fast.strip().lower() in ('true', 'yes')
+    result['fast'] = bool(fast)
+    if result['fast'] and result['fast_quiet_period'] > result['quiet_period']:
+        raise SourceError('fast_quiet_period (%s) must be at most quiet_period (%s): the fast path decides before the full '
+                          'path is told' % (result['fast_quiet_period'], result['quiet_period']))
+    policy = args.get('policy') or {}
+    if isinstance(policy, str):
+        try:
+            # JSON, or the Python form a rulebook's Jinja renders a mapping in.
+            policy = json.loads(policy) if policy.strip()[:1] != '{' or '"' in policy else ast.literal_eval(policy)
+        except (ValueError, SyntaxError):
+            raise SourceError('policy must be a mapping (the demand playbook\'s mig_demand_policy), got %r' % policy[:80])
+    if not isinstance(policy, dict):
+        raise SourceError('policy must be a mapping (the demand playbook\'s mig_demand_policy), got %r' % (policy,))
+    result['policy'] = policy
     return result
 
 
 def pods_path(namespace):
     """The pod collection's path (Kubernetes API reference, Pod v1 "list" and "list all namespaces")."""
     return '/api/v1/namespaces/%s/pods' % namespace if namespace else '/api/v1/pods'
+
+
+NODES_PATH = '/api/v1/nodes'
 
 
 # ---- where the API server is --------------------------------------------------------------------------------
@@ -468,13 +755,16 @@ def _check(response, now_epoch):
                       retry_after_seconds(response.headers.get('Retry-After'), now_epoch))
 
 
-async def _list(session, conn, config):
-    """Every pod not finished, page by page (Kubernetes docs "API Concepts" > "Retrieving large results sets in
-    chunks": limit and continue; an expired continue token is 410), and the list's resourceVersion to watch from."""
-    url = conn.server + pods_path(config['namespace'])
+async def _list(session, conn, config, path=None, field_selector=FIELD_SELECTOR):
+    """Every pod not finished (or every object of ``path``), page by page (Kubernetes docs "API Concepts" >
+    "Retrieving large results sets in chunks": limit and continue; an expired continue token is 410), and the
+    list's resourceVersion to watch from."""
+    url = conn.server + (path or pods_path(config['namespace']))
     items, token = [], None
     while True:
-        params = {'fieldSelector': FIELD_SELECTOR, 'limit': str(PAGE_SIZE)}
+        params = {'limit': str(PAGE_SIZE)}
+        if field_selector:
+            params['fieldSelector'] = field_selector
         if token:
             params['continue'] = token
         async with session.get(url, params=params, headers=await _headers(conn), **conn.request_options()) as response:
@@ -487,15 +777,17 @@ async def _list(session, conn, config):
             return items, metadata.get('resourceVersion', '')
 
 
-async def _watch(session, conn, config, demand, wake, resource_version):
+async def _watch(session, conn, config, demand, wake, resource_version, path=None, field_selector=FIELD_SELECTOR, nodes=False):
     """Stream the watch from ``resource_version`` into ``demand`` until the server ends it; the last
     resourceVersion seen. Kubernetes docs "API Concepts" > "Efficient detection of changes": a watch sends
     one JSON object per line, {type: ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, object}; an expired version is
     HTTP 410 or an ERROR event whose Status has code 410."""
     loop = asyncio.get_event_loop()
     params = {'watch': '1', 'resourceVersion': resource_version, 'allowWatchBookmarks': 'true',
-              'timeoutSeconds': str(config['watch_timeout']), 'fieldSelector': FIELD_SELECTOR}
-    url = conn.server + pods_path(config['namespace'])
+              'timeoutSeconds': str(config['watch_timeout'])}
+    if field_selector:
+        params['fieldSelector'] = field_selector
+    url = conn.server + (path or pods_path(config['namespace']))
     lines = WatchLines()
     async with session.get(url, params=params, headers=await _headers(conn), **conn.request_options()) as response:
         _check(response, time.time())
@@ -507,7 +799,10 @@ async def _watch(session, conn, config, demand, wake, resource_version):
                     raise watch_error(obj)
                 resource_version = (obj.get('metadata') or {}).get('resourceVersion', resource_version)
                 if kind in ('ADDED', 'MODIFIED', 'DELETED'):
-                    demand.update(obj, loop.time(), deleted=kind == 'DELETED')
+                    if nodes:
+                        demand.update_node(obj, loop.time(), deleted=kind == 'DELETED')
+                    else:
+                        demand.update(obj, loop.time(), deleted=kind == 'DELETED')
                     wake.set()
     return resource_version
 
@@ -522,6 +817,11 @@ async def _tell(queue, demand, wake):
         except asyncio.TimeoutError:
             pass
         wake.clear()
+        for fast in demand.take_fast_events(loop.time()):
+            change = fast[FAST_EVENT_KEY]
+            LOG.info('mig_pending_pods: fast create %s on host %s (node %s): %s for %s', change['run'], change['host'],
+                     change['node'], json.dumps(change['gpus'], sort_keys=True), ', '.join(change['pods']))
+            await queue.put(fast)
         event = demand.take_event(loop.time())
         if event is not None:
             told = event[EVENT_KEY]
@@ -540,53 +840,73 @@ def _reconnect(conn, args):
         return conn
 
 
+async def _list_and_watch(session, conn, args, config, demand, wake, nodes=False):
+    """List, then watch, the pods (or, ``nodes``, the Nodes) into ``demand`` until cancelled, through every failure."""
+    import aiohttp  # a dependency of ansible-rulebook, where this source runs
+
+    what = 'nodes' if nodes else 'pods'
+    path, selector = (NODES_PATH, None) if nodes else (None, FIELD_SELECTOR)
+    retry = Retry(config['retry_max'])
+    loop = asyncio.get_event_loop()
+    resource_version = None
+    while True:
+        problem, retry_after = None, None
+        try:
+            if resource_version is None:
+                items, resource_version = await _list(session, conn, config, path, selector)
+                if nodes:
+                    demand.replace_nodes(items, loop.time())
+                else:
+                    demand.replace_all(items, loop.time())
+                wake.set()
+            resource_version = await _watch(session, conn, config, demand, wake, resource_version, path, selector, nodes)
+        except Expired:
+            LOG.info('mig_pending_pods: the resourceVersion expired (410 Gone), listing the %s again', what)
+            resource_version = None
+        except ApiRefusal as exc:
+            problem, retry_after = str(exc), exc.retry_after
+            if exc.status in (401, 403):
+                conn = _reconnect(conn, args)
+        except OversizedLine as exc:
+            problem = str(exc)
+        except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, asyncio.TimeoutError,
+                EnvironmentError, ValueError) as exc:
+            problem = 'the API server is unreachable or its answer unreadable (%s: %s)' % (
+                type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else '')
+        except Exception as exc:  # pylint: disable=broad-except
+            # Never end while the rulebook runs: anything unforeseen is logged and retried like a failure.
+            problem = 'unexpected %s: %s' % (type(exc).__name__, str(exc)[:200])
+        if problem is not None:
+            wait = retry.delay(loop.time(), retry_after)
+            if nodes:
+                problem = problem.replace('on pods', 'on nodes')
+            LOG.warning('mig_pending_pods: %s; listing the %s again in %.1fs', problem, what, wait)
+            resource_version = None
+            await asyncio.sleep(wait)
+
+
 async def main(queue, args):
-    """ansible-rulebook's entry point: list and watch until cancelled, through every failure."""
+    """ansible-rulebook's entry point: list and watch until cancelled, through every failure. With ``fast``, the
+    Nodes are watched too (their GPU annotations), in a task of their own: a failure of one watch leaves the other."""
     import aiohttp  # a dependency of ansible-rulebook, where this source runs
 
     config = settings(args)
     conn = find_connection(args, os.environ)
-    demand = PendingDemand(config['quiet_period'], config['max_delay'])
-    retry = Retry(config['retry_max'])
+    fast = FastPath(config['fast_quiet_period'], config['fast_timeout'], config['policy']) if config['fast'] else None
+    demand = PendingDemand(config['quiet_period'], config['max_delay'], fast)
     wake = asyncio.Event()
-    teller = asyncio.ensure_future(_tell(queue, demand, wake))
-    loop = asyncio.get_event_loop()
+    tasks = [asyncio.ensure_future(_tell(queue, demand, wake))]
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=config['watch_timeout'] + 30)) as session:
-            resource_version = None
-            while True:
-                problem, retry_after = None, None
-                try:
-                    if resource_version is None:
-                        pods, resource_version = await _list(session, conn, config)
-                        demand.replace_all(pods, loop.time())
-                        wake.set()
-                    resource_version = await _watch(session, conn, config, demand, wake, resource_version)
-                except Expired:
-                    LOG.info('mig_pending_pods: the resourceVersion expired (410 Gone), listing the pods again')
-                    resource_version = None
-                except ApiRefusal as exc:
-                    problem, retry_after = str(exc), exc.retry_after
-                    if exc.status in (401, 403):
-                        conn = _reconnect(conn, args)
-                except OversizedLine as exc:
-                    problem = str(exc)
-                except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, asyncio.TimeoutError,
-                        EnvironmentError, ValueError) as exc:
-                    problem = 'the API server is unreachable or its answer unreadable (%s: %s)' % (
-                        type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else '')
-                except Exception as exc:  # pylint: disable=broad-except
-                    # Never end while the rulebook runs: anything unforeseen is logged and retried like a failure.
-                    problem = 'unexpected %s: %s' % (type(exc).__name__, str(exc)[:200])
-                if problem is not None:
-                    wait = retry.delay(loop.time(), retry_after)
-                    LOG.warning('mig_pending_pods: %s; listing the pods again in %.1fs', problem, wait)
-                    resource_version = None
-                    await asyncio.sleep(wait)
-                if teller.done():
-                    teller.result()
+            tasks.append(asyncio.ensure_future(_list_and_watch(session, conn, args, config, demand, wake)))
+            if fast is not None:
+                tasks.append(asyncio.ensure_future(_list_and_watch(session, conn, args, config, demand, wake, nodes=True)))
+            done, dummy = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
     finally:
-        teller.cancel()
+        for task in tasks:
+            task.cancel()
 
 
 if __name__ == '__main__':

@@ -23,7 +23,14 @@ def facts():
 
 
 def test_registered():
-    assert sorted(FILTERS) == ['mig_demand_events', 'mig_demand_plan']
+    assert sorted(FILTERS) == ['mig_demand_events', 'mig_demand_node_patch', 'mig_demand_plan']
+
+
+def test_the_node_patch_filter_refuses_a_bad_outcome_in_one_line():
+    patch = FILTERS['mig_demand_node_patch'](None, 'h1', 'fast-a-1', 'created', 'ok')
+    assert list(patch['metadata']['annotations']) == ['gpufleet.mig/demand-create']
+    with pytest.raises(AnsibleFilterError, match='must be created, refused or failed'):
+        FILTERS['mig_demand_node_patch'](None, 'h1', 'fast-a-1', 'maybe')
 
 
 def test_unmet_demand_of_a_plan_becomes_events_on_the_listed_pods():

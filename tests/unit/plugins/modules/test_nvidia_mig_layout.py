@@ -1124,3 +1124,48 @@ def test_defer_pending_leaves_nothing_pending_and_declares_nothing_until_the_dra
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, allow_reset=False))
     assert not failed and result['reboot_required'] and result['files']
     assert host.read()['gpus'][0]['mig'] == {'current': 'disabled', 'pending': 'enabled'}
+
+
+# ---- create_only: the demand fast path's guard ----------------------------------------------------------------
+
+TWO_SMALL = [{'profile': '1g.10gb', 'start': s, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]} for s in (0, 1)]
+WITH_20GB = {'demand-x': [{'devices': [0], 'mig-enabled': True, 'mig-devices': {'1g.10gb': 2, '1g.20gb': 1}}]}
+
+
+def test_create_only_applies_exactly_the_expected_creates_and_declares_the_layout(simulated_host, run_module, host_paths):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [dict(gi) for gi in TWO_SMALL]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, WITH_20GB, create_only={'0': {'1g.20gb': 1}}))
+    assert not failed, result
+    assert [a['action'] for a in result['actions']] == ['create_gpu_instance', 'create_compute_instance']
+    assert [p for p, s in profiles(host.read())] == ['1g.10gb', '1g.10gb', '1g.20gb']
+    declared = json.loads(read(os.path.join(host_paths['config_dir'], 'layout.json')))
+    assert declared['name'] == 'demand-x'
+    # Already there: nothing to create, nothing refused.
+    again, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, WITH_20GB, create_only={'0': {'1g.20gb': 1}}))
+    assert not failed and again['actions'] == [] and again['in_layout']
+
+
+@pytest.mark.parametrize('instances, expected, message', [
+    # An instance created since the decision: the layout would destroy it.
+    (TWO_SMALL + [{'profile': '1g.10gb', 'start': 2, 'compute_instances': [{'profile': '1g.10gb', 'start': 0}]}],
+     {'0': {'1g.20gb': 1}}, 'GPU 0 would need destroy compute instance (1g.10gb)'),
+    # An instance destroyed since the decision: the layout would create it too.
+    (TWO_SMALL[:1], {'0': {'1g.20gb': 1}}, 'the GPUs would get {"0": {"1g.10gb": 1, "1g.20gb": 1}}'),
+    # Creates that the caller did not expect on that GPU.
+    (TWO_SMALL, {'0': {'1g.20gb': 2}}, 'not the creates expected'),
+])
+def test_create_only_refuses_anything_else_before_any_change(simulated_host, run_module, host_paths, instances, expected, message):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [dict(gi) for gi in instances]}])
+    before = host.read()['gpus']
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, WITH_20GB, create_only=expected))
+    assert failed and 'is not a create-only change here' in result['msg'] and message in result['msg'], result['msg']
+    assert result['gpus_changed'] is False
+    assert host.read()['gpus'] == before and mutating_calls(host) == []
+    assert not os.path.exists(os.path.join(host_paths['config_dir'], 'layout.json'))
+
+
+def test_create_only_refuses_a_mode_change(simulated_host, run_module, host_paths):
+    host = simulated_host([{'model': 'A100-SXM4-80GB'}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, WITH_20GB, create_only={'0': {'1g.20gb': 1}}))
+    assert failed and 'GPU 0 waits for a MIG mode change' in result['msg'], result['msg']
+    assert mutating_calls(host) == []
