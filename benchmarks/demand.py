@@ -58,7 +58,11 @@ Policies, each with its reconfiguration latency (seconds, printed in the header)
   Slices are schedulable ``--run-seconds`` after the run starts; a node whose change destroys instances is cordoned
   from the read to then. (e+r) the same plus the event source's release trigger: a pod that ends while pods wait
   opens a burst too. With ``--release-idle``, (e+r) again with ``release_idle: true`` in mig_demand_policy (not the
-  default).
+  default). (e+f) what the shipped rulebook runs: (e+r) plus the event source's create-only fast path (``fast: true``):
+  0.5 s after the latest new waiting pod it decides with _demand_fast.fast_creates which hosts can serve waiting pods
+  by creating instances only, and runs playbooks/mig_demand_create.yml on each (in the rulebook's one queue, after
+  any run before it); a run whose GPUs changed since the decision is refused and its pods go to the full path, as
+  do those still waiting 120 s after their instances were made. Latencies from make cluster-test's check 8.
 
 Figures per policy: requests placed, minutes pending (to running: latency included), reconfigurations (one per GPU
 whose instances change at one moment, the same for every policy: a DRA create or destroy is one), cordons (node
@@ -92,6 +96,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model 
     GpuInstance,
     Placement,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import fast_creates  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import plan_demand  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances  # noqa: E402
@@ -121,6 +126,17 @@ RUN_SECONDS = 35.0
 DRA_SECONDS = 10.0
 # Assumed for nos: its agent's NVML changes, the device plugin's restart and a stock kubelet's status period.
 NOS_SECONDS = 20.0
+
+# The create-only fast path (docs/eda.md, make cluster-test's check 8 with the kubelet's default status period): the
+# event source decides 0.5 s after the latest new waiting pod; in the run, rulebook to playbook ~0.5 s and the lease and
+# the create ~1.5 s, the device plugin's SIGHUP ~0.5 s, then the kubelet's next node status (every 10 s); the run reads
+# the GPUs again and tells its outcome in ~2 s more. Pods of a created run still waiting 120 s later go to the full path.
+FAST_QUIET_SECONDS = 0.5
+FAST_CREATE_SECONDS = 2.0
+FAST_PLUGIN_SECONDS = 0.5
+NODE_STATUS_SECONDS = 10.0
+FAST_RUN_SECONDS = 4.0
+FAST_TIMEOUT_SECONDS = 120.0
 
 # Event kinds, in the order they are handled at equal times: a pod gives up before anything else happens.
 GIVE_UP, RELEASE, ARRIVE, POLICY = 0, 1, 2, 3
@@ -614,8 +630,10 @@ class ShippedDemand(Debounced):
         nodes = {}
         for gpu in self.gpus:
             nodes.setdefault(gpu.node, {'gpus': []})['gpus'].append(gpu.as_facts())
-        pending = [{'pod': r.name, 'priority': 0, 'created': '%012.3f' % r.arrival, 'requests': {r.profile: 1}}
-                   for r in self.waiting]
+        pending = [pending_entry(r) for r in self.for_the_full_path()]
+        if not pending:
+            self.next_run()
+            return
         plan = plan_demand(nodes, pending, self.policy)
         self.evicted += len(plan['evictions'])
         targets = []
@@ -634,6 +652,10 @@ class ShippedDemand(Debounced):
             return
         self.at(self.now + self.options.run_seconds - READ_SECONDS, POLICY, self.apply, targets)
 
+    def for_the_full_path(self):
+        """The waiting pods a full run plans for."""
+        return self.waiting
+
     def apply(self, targets):
         gpus = dict(((g.node, g.index), g) for g in self.gpus)
         for node, index, counts in targets:
@@ -647,10 +669,122 @@ class ShippedDemandReleaseTrigger(ShippedDemand):
     release_trigger = True
 
 
+class ShippedFastPath(ShippedDemandReleaseTrigger):
+    """(e+f): what the shipped rulebook runs (fast: true, the release trigger): the event source decides create-only
+    demand itself (_demand_fast.fast_creates over the nodes' GPUs, ``FAST_QUIET_SECONDS`` after the latest new waiting
+    pod) and runs playbooks/mig_demand_create.yml on each such host; the rest, and the pods of a refused or late fast
+    run, take the full path (e+r). Both kinds of run share ansible-rulebook's one queue (its sequential strategy): a
+    fast run queued behind a full run starts after it. A fast run re-decides on the host: where a target GPU changed
+    since the decision it is refused (the module's create_only guard) and its pods go to the full path."""
+    label = '(e+f) shipped: fast path + release'
+
+    def __init__(self, *args):
+        super(ShippedFastPath, self).__init__(*args)
+        self.actions = []        # ansible-rulebook's queue: ('full',) or ('fast', change, GPU states at the decision)
+        self.last_new = None
+        self.in_flight = {}      # request -> (node, deadline, whether its run ended)
+        self.busy = set()        # nodes with a fast run not ended
+        self.given_up = set()
+
+    def closed(self):
+        self.actions.append(('full',))
+        if not self.running:
+            self.next_run()
+
+    def next_run(self):
+        if not self.actions:
+            self.running = False
+            return
+        action = self.actions.pop(0)
+        self.running = True
+        self.runs += 1
+        if action[0] == 'full':
+            self.at(self.now + READ_SECONDS, POLICY, self.plan)
+        else:
+            self.at(self.now + FAST_CREATE_SECONDS, POLICY, self.fast_create, action[1], action[2])
+
+    def for_the_full_path(self):
+        return [r for r in self.waiting if r not in self.in_flight]
+
+    def on_unschedulable(self, request):
+        super(ShippedFastPath, self).on_unschedulable(request)
+        self.last_new = self.now
+        self.at(self.now + FAST_QUIET_SECONDS, POLICY, self.fast_decide)
+
+    def fast_decide(self):
+        if self.last_new is None or self.now < self.last_new + FAST_QUIET_SECONDS:
+            return
+        self.last_new = None
+        for request in [r for r in self.in_flight if r not in self.waiting]:   # bound since, or gave up
+            del self.in_flight[request]
+        requests = dict((r.name, r) for r in self.waiting if r not in self.in_flight and r not in self.given_up)
+        if not requests:
+            return
+        hosts, objects, held = {}, {}, {}
+        for gpu in self.gpus:
+            if gpu.node not in self.busy:
+                hosts.setdefault(gpu.node, []).append(gpu.as_facts())
+                objects[gpu.node] = {'metadata': {'name': gpu.node, 'labels': {}}, 'spec': {},
+                                     'status': {'allocatable': {'cpu': '1000', 'memory': '10000Gi', 'pods': '1000'}}}
+        for request, (node, dummy, ended) in self.in_flight.items():
+            if ended:   # its instance exists, idle until the kubelet advertises it: not free
+                held.setdefault(node, {})[request.profile] = held.get(node, {}).get(request.profile, 0) + 1
+        decided = fast_creates(hosts, [pending_entry(r) for r in sorted(requests.values(), key=lambda r: (r.arrival, r.number))],
+                               objects, [], self.policy, held)
+        for change in decided['creates']:
+            self.busy.add(change['host'])
+            for name in change['pods']:
+                self.in_flight[requests[name]] = (change['host'], float('inf'), False)
+            states = dict((g.index, g.state_key()) for g in self.gpus if g.node == change['host'])
+            self.actions.append(('fast', change, states))
+        if decided['creates'] and not self.running:
+            self.next_run()
+
+    def fast_create(self, change, states):
+        gpus = dict((g.index, g) for g in self.gpus if g.node == change['host'])
+        pods = [r for r, flight in self.in_flight.items() if flight[0] == change['host'] and not flight[2]]
+        if any(gpus[int(index)].state_key() != states[int(index)] for index in change['gpus']):
+            self.give_back(pods)   # refused before any change: the full path decides again
+        else:
+            for entry in change['layout']['config'][change['layout']['name']]:
+                self.reconfigured(gpus[entry['devices'][0]].converge(entry['mig-devices']))
+            for request in pods:
+                self.in_flight[request] = (change['host'], self.now + FAST_TIMEOUT_SECONDS, True)
+            self.at(self.now + FAST_TIMEOUT_SECONDS, POLICY, self.expire)
+            # SIGHUP to the device plugin, then the kubelet's next node status (every 10 s, at a random phase).
+            self.at(self.now + FAST_PLUGIN_SECONDS + self.rng.uniform(0.0, NODE_STATUS_SECONDS), POLICY, self.advertised)
+        self.at(self.now + FAST_RUN_SECONDS - FAST_CREATE_SECONDS, POLICY, self.fast_ended, change['host'])
+
+    def advertised(self):
+        self.schedule_waiting()
+        for request in [r for r in self.in_flight if r.placed_at is not None or r not in self.waiting]:
+            del self.in_flight[request]
+
+    def expire(self):
+        """The pods of a created run still waiting ``FAST_TIMEOUT_SECONDS`` after it go to the full path."""
+        self.give_back([r for r, flight in self.in_flight.items() if flight[2] and flight[1] <= self.now and r in self.waiting])
+
+    def fast_ended(self, host):
+        self.busy.discard(host)
+        self.next_run()
+
+    def give_back(self, requests):
+        for request in requests:
+            self.in_flight.pop(request, None)
+            self.given_up.add(request)
+        if any(r in self.waiting for r in requests):
+            self.open_burst()
+
+
 class ReleaseIdleDemand(ShippedDemand):
     label = '(e+r) + release_idle policy'
     release_trigger = True
     policy = {'release_idle': True}
+
+
+def pending_entry(request):
+    """A waiting pod as the event source tells it (the shape plan_demand and fast_creates take)."""
+    return {'pod': request.name, 'priority': 0, 'created': '%012.3f' % request.arrival, 'requests': {request.profile: 1}}
 
 
 def percentile(values, share):
@@ -681,6 +815,7 @@ def policies(layouts, release_idle=False):
         (NosInspired.label, NosInspired),
         (ShippedDemand.label, ShippedDemand),
         (ShippedDemandReleaseTrigger.label, ShippedDemandReleaseTrigger),
+        (ShippedFastPath.label, ShippedFastPath),
     ] + ([(ReleaseIdleDemand.label, ReleaseIdleDemand)] if release_idle else [])
 
 
@@ -719,8 +854,10 @@ def main(argv=None):
              ' and '.join('%02d:00' % h for h in BURST_HOURS), options.patience))
     print('Latencies (s): playbook run %g (pods and GPUs read at %g; docs/eda.md measured 29-33 pending to running with a '
           '2 s kubelet status, 43-72 under load), event source quiet %g / max %g, DRA bind to running %g (its CI: within 10 on GB200), '
-          'nos batch 10 / 60 then %g (assumed)'
-          % (options.run_seconds, READ_SECONDS, QUIET_SECONDS, MAX_DELAY_SECONDS, options.dra_seconds, options.nos_seconds))
+          'nos batch 10 / 60 then %g (assumed); fast path: decided %g after the latest new pod, created %g after its run starts, '
+          'then the plugin %g and the kubelet\'s status within %g (default period), the run ends after %g'
+          % (options.run_seconds, READ_SECONDS, QUIET_SECONDS, MAX_DELAY_SECONDS, options.dra_seconds, options.nos_seconds,
+             FAST_QUIET_SECONDS, FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, NODE_STATUS_SECONDS, FAST_RUN_SECONDS))
     results = dict((label, []) for label, dummy in policies(layouts, options.release_idle))
     for seed in seeds:
         requests = request_stream(seed, options.hours, options.load, options.burst, shapes, fleet_slices)
@@ -745,7 +882,7 @@ def main(argv=None):
             spread([f['p95_pending'] for f in mine], '%.1f'), spread([f['reconfigurations'] for f in mine]),
             spread([f['cordons'] for f in mine]), spread([f['runs'] for f in mine]), max(f['evicted'] for f in mine),
             spread([f['stranded_slice_hours'] for f in mine], '%.0f'), spread([f['lost_with_room'] for f in mine])))
-    for label in (ShippedDemand.label, ShippedDemandReleaseTrigger.label):
+    for label in (ShippedDemand.label, ShippedDemandReleaseTrigger.label, ShippedFastPath.label):
         mine = results[label]
         gain = statistics.median([float(f['placed']) / s['placed'] - 1 for f, s in zip(mine, static)])
         lead = statistics.median([f['placed'] - d['placed'] for f, d in zip(mine, dra)])
