@@ -240,20 +240,23 @@ class PendingDemand(object):
         for pod in pods:
             self.update(pod, now)
 
-    def seconds_until_due(self, now):
+    def _burst_wait(self, now):
         """Seconds until the open burst's event is due (0: due now), or None when no burst is open."""
-        fast = self.fast.seconds_until_due(now) if self.fast is not None else None
         if self.burst_start is None:
-            return fast
-        due = max(0.0, min(self.last_change + self.quiet_period, self.burst_start + self.max_delay) - now)
-        return due if fast is None else min(due, fast)
+            return None
+        return max(0.0, min(self.last_change + self.quiet_period, self.burst_start + self.max_delay) - now)
+
+    def seconds_until_due(self, now):
+        """Seconds until the next event is due (0: due now), the open burst's or the fast path's, or None when neither
+        waits."""
+        waits = [wait for wait in (self._burst_wait(now), self.fast.seconds_until_due(now) if self.fast is not None else None)
+                 if wait is not None]
+        return min(waits) if waits else None
 
     def take_event(self, now):
         """The event of the burst when it is due (and the burst closed), else None."""
-        if self.burst_start is None:
-            return None
-        wait = max(0.0, min(self.last_change + self.quiet_period, self.burst_start + self.max_delay) - now)
-        if wait > 0:
+        wait = self._burst_wait(now)
+        if wait is None or wait > 0:
             return None
         if self._nothing_to_tell():
             self._close_burst()
