@@ -606,21 +606,27 @@ class ShippedDemand(Debounced):
 
     def __init__(self, *args):
         super(ShippedDemand, self).__init__(*args)
-        self.queued = 0
+        self.actions = []   # ansible-rulebook's queue of actions, run one at a time (its sequential strategy)
         self.running = False
 
     def closed(self):
-        self.queued += 1
+        self.enqueue(('full',))
+
+    def enqueue(self, action):
+        self.actions.append(action)
         if not self.running:
             self.next_run()
 
     def next_run(self):
-        if not self.queued:
+        if not self.actions:
             self.running = False
             return
-        self.queued -= 1
         self.running = True
         self.runs += 1
+        self.begin(self.actions.pop(0))
+
+    def begin(self, action):
+        """Start one queued run: a full run reads the pods and GPUs ``READ_SECONDS`` after it starts."""
         self.at(self.now + READ_SECONDS, POLICY, self.plan)
 
     def plan(self):
@@ -680,28 +686,17 @@ class ShippedFastPath(ShippedDemandReleaseTrigger):
 
     def __init__(self, *args):
         super(ShippedFastPath, self).__init__(*args)
-        self.actions = []        # ansible-rulebook's queue: ('full',) or ('fast', change, GPU states at the decision)
+        # Queued beside the full runs: ('fast', change, GPU states at the decision).
         self.last_new = None
         self.in_flight = {}      # request -> (node, deadline, whether its run ended)
         self.busy = set()        # nodes with a fast run not ended
         self.given_up = set()
 
-    def closed(self):
-        self.actions.append(('full',))
-        if not self.running:
-            self.next_run()
-
-    def next_run(self):
-        if not self.actions:
-            self.running = False
-            return
-        action = self.actions.pop(0)
-        self.running = True
-        self.runs += 1
-        if action[0] == 'full':
-            self.at(self.now + READ_SECONDS, POLICY, self.plan)
-        else:
+    def begin(self, action):
+        if action[0] == 'fast':
             self.at(self.now + FAST_CREATE_SECONDS, POLICY, self.fast_create, action[1], action[2])
+        else:
+            super(ShippedFastPath, self).begin(action)
 
     def for_the_full_path(self):
         return [r for r in self.waiting if r not in self.in_flight]
@@ -736,9 +731,7 @@ class ShippedFastPath(ShippedDemandReleaseTrigger):
             for name in change['pods']:
                 self.in_flight[requests[name]] = (change['host'], float('inf'), False)
             states = dict((g.index, g.state_key()) for g in self.gpus if g.node == change['host'])
-            self.actions.append(('fast', change, states))
-        if decided['creates'] and not self.running:
-            self.next_run()
+            self.enqueue(('fast', change, states))
 
     def fast_create(self, change, states):
         gpus = dict((g.index, g) for g in self.gpus if g.node == change['host'])
