@@ -82,6 +82,38 @@ def _task_end(lines, name):
     return None
 
 
+def _watched(watch_lines, created_at, pod, advertises):
+    """From the watch, after ``created_at``: when the node first advertised what the pod waits for (``advertises(at,
+    allocatable)``), when ``pod`` was bound to a node and when it ran; None for a point not reached."""
+    advertised = bound = running = None
+    for entry in watch_lines:
+        at = entry.get('at')
+        if at is None or at < created_at:
+            continue
+        if entry.get('kind') == 'node' and advertised is None and advertises(at, entry.get('allocatable') or {}):
+            advertised = at
+        if entry.get('kind') == 'pod' and entry.get('name') == pod:
+            if bound is None and entry.get('node'):
+                bound = at
+            if running is None and entry.get('phase') == 'Running' and entry.get('running'):
+                running = at
+    return advertised, bound, running
+
+
+def _segments(created_at, points, names):
+    """The time between consecutive points reached (``points``: (key, wall clock or None) in order; ``names``: key ->
+    segment name): a point not reached has no time, and the next segment counts from the last point reached."""
+    segments = []
+    before = created_at
+    for key, at in points:
+        if at is None:
+            segments.append({'segment': names[key], 'seconds': None})
+            continue
+        segments.append({'segment': names[key], 'seconds': round(at - before, 1)})
+        before = at
+    return segments
+
+
 def timeline(created_at, rulebook_log, ansible_log, watch_lines, pod, resource):
     """The run that changed the node is the one that served the pod: its playbook start is the last start of the
     demand playbook before the node's hand-over, its event the last event before that start (a burst split in two
@@ -92,18 +124,7 @@ def timeline(created_at, rulebook_log, ansible_log, watch_lines, pod, resource):
     started = plays[-1] if plays else None
     events = [at for at, line in _stamped(rulebook_log, created_at) if EVENT_LINE in line and (started is None or at <= started)]
     recaps = [at for at, line in played if 'PLAY RECAP' in line and (handover is None or at >= handover)]
-    advertised = bound = running = None
-    for entry in watch_lines:
-        at = entry.get('at')
-        if at is None or at < created_at:
-            continue
-        if entry.get('kind') == 'node' and advertised is None and (entry.get('allocatable') or {}).get(resource, 0) > 0:
-            advertised = at
-        if entry.get('kind') == 'pod' and entry.get('name') == pod:
-            if bound is None and entry.get('node'):
-                bound = at
-            if running is None and entry.get('phase') == 'Running' and entry.get('running'):
-                running = at
+    advertised, bound, running = _watched(watch_lines, created_at, pod, lambda at, allocatable: allocatable.get(resource, 0) > 0)
     points = [
         ('event', events[-1] if events else None),
         ('playbook_start', started),
@@ -116,16 +137,8 @@ def timeline(created_at, rulebook_log, ansible_log, watch_lines, pod, resource):
     names = {'event': 'debounce', 'playbook_start': 'rulebook to playbook', 'handover_start': 'planning',
              'applied': 'hand-over and apply', 'advertised': 'device plugin', 'bound': 'scheduling',
              'running': 'container start'}
-    segments = []
-    before = created_at
-    for key, at in points:
-        if at is None:
-            segments.append({'segment': names[key], 'seconds': None})
-            continue
-        segments.append({'segment': names[key], 'seconds': round(at - before, 1)})
-        before = at
     return {'points': dict((key, None if at is None else round(at - created_at, 1)) for key, at in points),
-            'segments': segments,
+            'segments': _segments(created_at, points, names),
             'playbook_end': round(recaps[0] - created_at, 1) if recaps else None,
             'total': None if running is None else round(running - created_at, 1)}
 
@@ -153,32 +166,14 @@ def fast_timeline(created_at, rulebook_log, ansible_log, watch_lines, pod, resou
     run = [(at, line) for at, line in played if started is not None and at >= started]
     created = _task_end(run, FAST_CREATE_TASK)
     signalled = _task_end(run, FAST_SIGNAL_TASK)
-    advertised = bound = running = None
-    for entry in watch_lines:
-        at = entry.get('at')
-        if at is None or at < created_at:
-            continue
-        if entry.get('kind') == 'node' and advertised is None and signalled is not None and at >= signalled - 1 \
-                and (entry.get('allocatable') or {}).get(resource, 0) >= count:
-            advertised = at
-        if entry.get('kind') == 'pod' and entry.get('name') == pod:
-            if bound is None and entry.get('node'):
-                bound = at
-            if running is None and entry.get('phase') == 'Running' and entry.get('running'):
-                running = at
+    advertised, bound, running = _watched(
+        watch_lines, created_at, pod,
+        lambda at, allocatable: signalled is not None and at >= signalled - 1 and allocatable.get(resource, 0) >= count)
     points = [('event', event), ('playbook_start', started), ('created', created), ('signalled', signalled),
               ('advertised', advertised), ('bound', bound), ('running', running)]
-    names = dict(FAST_SEGMENTS)
-    segments = []
-    before = created_at
-    for key, at in points:
-        if at is None:
-            segments.append({'segment': names[key], 'seconds': None})
-            continue
-        segments.append({'segment': names[key], 'seconds': round(at - before, 1)})
-        before = at
     return {'pod': pod, 'points': dict((key, None if at is None else round(at - created_at, 1)) for key, at in points),
-            'segments': segments, 'total': None if running is None else round(running - created_at, 1)}
+            'segments': _segments(created_at, points, dict(FAST_SEGMENTS)),
+            'total': None if running is None else round(running - created_at, 1)}
 
 
 def median(values):
