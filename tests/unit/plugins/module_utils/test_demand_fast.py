@@ -9,6 +9,8 @@ __metaclass__ = type
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import create_refusal
@@ -135,6 +137,41 @@ def test_the_guard_accepts_exactly_the_expected_creates():
     mode = [{'index': 0, 'actions': [{'action': 'set_mig_mode', 'mode': 'enabled'}]}]
     assert 'set mig mode (enabled)' in create_refusal(mode, {'0': {'1g.20gb': 1}})
     assert create_refusal([{'index': 0, 'deferred': True, 'actions': []}], {}) == 'GPU 0 waits for a MIG mode change'
+
+
+_ACTIONS = ('create_gpu_instance', 'create_compute_instance', 'destroy_gpu_instance', 'destroy_compute_instance',
+            'set_mig_mode', 'reset_gpu')
+
+
+@st.composite
+def decisions_and_expectations(draw):
+    """GPUs with random actions (creates, destroys, mode changes, resets; some waiting for their mode) and an
+    expectation that is either what the GPUs create or a random other one."""
+    gpus = []
+    for index in range(draw(st.integers(1, 3))):
+        actions = [{'action': kind, 'profile': profile} for kind, profile in draw(
+            st.lists(st.tuples(st.sampled_from(_ACTIONS), st.sampled_from(('1g.10gb', '1g.20gb', '3g.40gb'))), max_size=5))]
+        gpus.append({'index': index, 'deferred': draw(st.booleans()) and draw(st.booleans()), 'actions': actions})
+    created = {}
+    for gpu in gpus:
+        for action in gpu['actions']:
+            if action['action'] == 'create_gpu_instance':
+                counts = created.setdefault(str(gpu['index']), {})
+                counts[action['profile']] = counts.get(action['profile'], 0) + 1
+    other = draw(st.dictionaries(st.sampled_from(('0', '1', '2')), st.dictionaries(
+        st.sampled_from(('1g.10gb', '1g.20gb')), st.integers(1, 2), min_size=1, max_size=2), max_size=2))
+    return gpus, created, (created if draw(st.booleans()) else other)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(decisions_and_expectations())
+def test_the_guard_passes_a_change_only_when_it_is_exactly_the_expected_creates(case):
+    """The fast path's safety rule as a property: nothing but creates (no destroy, mode change or reset, no GPU waiting
+    for its mode) and exactly the expected counts; everything else is refused before any GPU changes."""
+    gpus, created, expected = case
+    only_creates = all(not gpu['deferred'] and all(a['action'].startswith('create_') for a in gpu['actions']) for gpu in gpus)
+    refusal = create_refusal(gpus, expected)
+    assert (refusal is None) == (only_creates and created == expected), (gpus, expected, refusal)
 
 
 def test_the_node_patch_carries_the_gpus_and_the_outcome_of_a_run():
