@@ -15,8 +15,7 @@ import os
 
 import pytest
 
-from .playbook import ansible_environment
-from .test_rollout_check import HOSTS, fleet_run, host_files, stats_data
+from .test_rollout_check import HOSTS, daytime_fleet_state, fleet_run, host_files, stats_data
 
 PLAYBOOK = 'playbooks/mig_demand.yml'
 PLAN_TASK = 'Tell the fleet plan (per changed GPU, the demand that cannot be met and why, the totals)'
@@ -32,17 +31,8 @@ REQUESTS = [
 @pytest.fixture(scope='module')
 def daytime_fleet(tmp_path_factory):
     """The simulated fleet in daytime (every A100 GPU 7x1g.10gb); yields its state dir."""
-    saved = dict(os.environ)
-    os.environ.update(ansible_environment())
-    try:
-        state_dir = str(tmp_path_factory.mktemp('demand') / 'state')
-        assert fleet_run(state_dir, 'simulator/seed.yml').rc == 0
-        run = fleet_run(state_dir, mig_layout_name='daytime', mig_layout_serial='100%')
-        assert run.rc == 0 and run.changed == sorted(HOSTS), run.describe()
+    with daytime_fleet_state(tmp_path_factory) as state_dir:
         yield state_dir
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def plan_lines(run, task=PLAN_TASK):

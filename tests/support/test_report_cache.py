@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from .playbook import ansible_environment, run_playbook
-from .test_rollout_check import HOSTS, INVENTORY, fleet_run
+from .playbook import run_playbook
+from .test_rollout_check import HOSTS, INVENTORY, daytime_fleet_state, fleet_run
 
 LINES_TASK = 'Report the layout and fragmentation of each GPU'
 TOTALS_TASK = 'Summarise the hosts of this job'
@@ -38,26 +38,11 @@ def fact_cache(tmp_path):
     return cache_loader.get('jsonfile', _uri=str(tmp_path / 'facts'))
 
 
-@pytest.fixture
-def ansible_env(monkeypatch):
-    for name, value in ansible_environment().items():
-        monkeypatch.setenv(name, value)
-
-
 @pytest.fixture(scope='module')
 def daytime_fleet(tmp_path_factory):
     """The simulated fleet in daytime; yields its state dir."""
-    saved = dict(os.environ)
-    os.environ.update(ansible_environment())
-    try:
-        state_dir = str(tmp_path_factory.mktemp('fleet') / 'state')
-        assert fleet_run(state_dir, 'simulator/seed.yml').rc == 0
-        run = fleet_run(state_dir, mig_layout_name='daytime', mig_layout_serial='100%')
-        assert run.rc == 0 and run.changed == sorted(HOSTS), run.describe()
+    with daytime_fleet_state(tmp_path_factory) as state_dir:
         yield state_dir
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import json
 import os
 import re
@@ -31,12 +32,6 @@ BUSY_REASON = ('GPU 0: GPU instance N (1g.10gb at slice 3) has running processes
 
 def without_ids(text):
     return re.sub(r'GPU instance \d+ ', 'GPU instance N ', text)
-
-
-@pytest.fixture
-def ansible_env(monkeypatch):
-    for name, value in ansible_environment().items():
-        monkeypatch.setenv(name, value)
 
 
 def fleet_run(state_dir, playbook='playbooks/mig_layout.yml', args=(), envvars=None, **extravars):
@@ -68,22 +63,29 @@ def make_busy(state_dir, host, gpu, start, pids):
         json.dump(state, handle, indent=1, sort_keys=True)
 
 
-@pytest.fixture(scope='module')
-def daytime_fleet(tmp_path_factory):
-    """The simulated fleet in daytime, GPU 0 of sim-a100-01 busy where nighttime puts a 3g.40gb; yields its state dir."""
-    env = ansible_environment()
+@contextlib.contextmanager
+def daytime_fleet_state(tmp_path_factory):
+    """A simulated fleet seeded and switched to daytime, with the tests' Ansible environment set meanwhile (for a
+    module-scoped fixture, which monkeypatch cannot serve); yields its state dir."""
     saved = dict(os.environ)
-    os.environ.update(env)
+    os.environ.update(ansible_environment())
     try:
         state_dir = str(tmp_path_factory.mktemp('fleet') / 'state')
         assert fleet_run(state_dir, 'simulator/seed.yml').rc == 0
         run = fleet_run(state_dir, mig_layout_name='daytime', mig_layout_serial='100%')
         assert run.rc == 0 and run.changed == sorted(HOSTS), run.describe()
-        make_busy(state_dir, 'sim-a100-01', 0, 3, [4242])
         yield state_dir
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(scope='module')
+def daytime_fleet(tmp_path_factory):
+    """The simulated fleet in daytime, GPU 0 of sim-a100-01 busy where nighttime puts a 3g.40gb; yields its state dir."""
+    with daytime_fleet_state(tmp_path_factory) as state_dir:
+        make_busy(state_dir, 'sim-a100-01', 0, 3, [4242])
+        yield state_dir
 
 
 def stats_data(run):
