@@ -39,6 +39,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_pla
     play_serial,
     progress,
     rollout_settings,
+    settled,
     unfinished,
 )
 
@@ -129,6 +130,18 @@ def mig_layout_host_gpus_changed(hosts, hostvars):
                 and known_gpus(decision) != facts.get('mig_layout_host_gpus'):
             changed.append(host)
     return changed
+
+
+def mig_layout_gpus_unknown(hosts, hostvars):
+    """The hosts of ``hosts`` whose MIG-capable GPUs the controller knows neither from their ``mig_layout_host_gpus``
+    (a cached fact of an earlier rollout) nor from their ``nvidia_mig`` facts: the ones the rollout's pre-flight reads."""
+    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
+    unknown = []
+    for host in hosts:
+        facts = raw(host)
+        if 'mig_layout_host_gpus' not in facts and 'nvidia_mig' not in facts:
+            unknown.append(host)
+    return unknown
 
 
 def mig_layout_preflight(checks, hosts, hostvars=None):
@@ -239,6 +252,11 @@ def mig_layout_rollout_unfinished(hosts, hostvars, settings, change):
     return unfinished(list(hosts), started, errors, settings, change)
 
 
+def mig_layout_settled(decision):
+    """True when a host's first decision of the rollout found it in the layout: the role is not entered there."""
+    return settled(decision)
+
+
 def mig_layout_instances(instances):
     """GPU instances (each with ``profile``) as the fleet plan writes them: ``7x1g.10gb``, ``no instances``."""
     return instances_text(instances)
@@ -290,7 +308,9 @@ class FilterModule(object):
             'mig_layout_rollout_unfinished': mig_layout_rollout_unfinished,
             'mig_layout_fleet_plan': mig_layout_fleet_plan,
             'mig_layout_instances': mig_layout_instances,
+            'mig_layout_settled': mig_layout_settled,
             'mig_layout_host_gpus': mig_layout_host_gpus,
             'mig_layout_host_gpus_changed': mig_layout_host_gpus_changed,
+            'mig_layout_gpus_unknown': mig_layout_gpus_unknown,
             'mig_layout_renamed': mig_layout_renamed,
         }

@@ -23,6 +23,7 @@ from .playbook import BIN, REPO, ansible_environment, run_playbook
 INVENTORY = os.path.join('inventories', 'simulated')
 HOSTS = ('sim-a100-01', 'sim-a30-01', 'sim-b200-01', 'sim-h100-01', 'sim-h200-01', 'sim-rtxpro-01')
 DECISION_TASK = 'Plan the layout on the host without changing a GPU'
+FIRST_DECISION_TASK = 'Decide whether the host differs from the layout (a host that is not a Kubernetes node)'
 PLAN_TASK = 'Tell the fleet plan (per host and GPU, refused hosts, totals)'
 PROGRESS_TASK = 'Tell the progress of the rollout'
 # The GPU instance id is NVML's to choose (only its range per size holds): compared as N.
@@ -133,6 +134,31 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
         'batch 1 of 1: 6 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
         '(mig_layout_max_fail_percentage=25)',
     ]
+
+
+def test_a_no_op_rollout_is_the_first_decision_alone(daytime_fleet):
+    """The fleet already in daytime: each host's first decision finds it in its layout and the role is not entered
+    (its decision, its argument check, no task of it runs); the plan, the progress and the totals are those of a
+    no-op. Where that decision does not settle the host (nighttime in check mode, above), the role decides again."""
+    before = host_files(daytime_fleet)
+    run = fleet_run(daytime_fleet, mig_layout_name='daytime', mig_layout_serial=2)
+    assert run.rc == 0 and run.changed == [] and run.failed == [], run.describe()
+    first = run.task_results(FIRST_DECISION_TASK)
+    assert sorted(first) == sorted(HOSTS) and all(result['in_layout'] for result in first.values()), run.describe()
+    assert run.task_results(DECISION_TASK) == {}
+    role_tasks = set(data.get('task') for data in (e.get('event_data') or {} for e in run.events)
+                     if data.get('play') == 'Roll out the MIG layout' and data.get('role') and data.get('host'))
+    assert role_tasks == {FIRST_DECISION_TASK}, role_tasks
+    assert [without_ids(line) for line in list(run.task_results(PLAN_TASK).values())[0]['msg']][-1] == (
+        'layout daytime: 6 of 6 host(s) evaluated, 0 to change, 6 in layout, 0 refused, 0 not reached; '
+        '0 GPU(s) to change, 0 instance(s) destroyed, 0 created, 0 pod(s) to evict')
+    assert stats_data(run)['mig_layout_rollout']['totals']['hosts_in_layout'] == 6
+    assert progress_lines(run)[-1].startswith('batch 3 of 3: 6 of 6 host(s) done, 0 failed')
+    # The decision rewrites a file only where its content differs: the metrics (and the stranded-capacity counter
+    # behind them) move, the GPUs, the declared layouts and the boot files do not.
+    after = host_files(daytime_fleet)
+    changed = [path for path in after if after[path] != before.get(path)]
+    assert changed and all(path.endswith(('.prom', 'stranded_slice_seconds.json')) for path in changed), changed
 
 
 def progress_lines(run):

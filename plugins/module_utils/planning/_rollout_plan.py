@@ -13,6 +13,7 @@ Pure Python: no NVML, no Ansible imports.
 - :func:`play_serial`: the rollout play's ``serial``: the change batches, or every host at once in check mode.
 - :func:`batch_sizes`, :func:`progress`: batch k of n, hosts done, failed, failure budget left.
 - :func:`unfinished`: the hosts the run fails, each with its reason.
+- :func:`settled`: whether a host's first decision leaves the rollout nothing more to do there.
 - :func:`fleet_plan`: one plan of the whole fleet from the hosts' decisions (nvidia_mig_layout
   with ``apply: false``): per host and GPU before -> after, instances destroyed, pods to evict,
   hosts refused and why, totals.
@@ -172,6 +173,14 @@ def progress(hosts, batch_hosts, settings, failed, check_mode=False):
         else 'left: %d more host(s) may fail (mig_layout_max_fail_percentage=%s)' % (left, settings['max_fail_percentage']))
     figures['line'] = line
     return figures
+
+
+def settled(decision):
+    """True when ``decision`` (a registered nvidia_mig_layout result with ``apply: false``) succeeded and found the host
+    in its layout: the rollout has nothing more to do there. A skipped, failed or unreachable decision, or one that found
+    the host different, is not: the role decides again there."""
+    return (isinstance(decision, dict) and decision.get('in_layout') is True
+            and not any(decision.get(key) for key in ('failed', 'unreachable', 'skipped')))
 
 
 def unfinished(hosts, started, errors, settings, change):

@@ -24,7 +24,7 @@ ROLE = os.path.join(REPO, 'roles', 'mig_layout')
 # Options the role feeds from something other than a variable of the same name, and why.
 NOT_A_ROLE_VARIABLE = {
     'name': 'mig_layout__layout',            # mig_layout_name, or the layout the node's label requests
-    'config': 'mig_layout__configs',         # only the chosen layout travels to the host
+    'config': 'mig_layout__catalog.configs',         # only the chosen layout travels to the host
     'boot_environment': 'mig_layout_environment',   # the modules' environment is the boot unit's too
     'pod_resources': 'mig_layout__pod_resources_mode',   # decided from the Kubernetes settings
 }

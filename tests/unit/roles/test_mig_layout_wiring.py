@@ -109,6 +109,47 @@ def test_every_eviction_is_tried_as_a_dry_run_first_with_the_same_pods():
                 assert args['pods'] in tried, '%s: %r evicts without a dry run first' % (file_name, task['name'])
 
 
+PLAYBOOK = os.path.join(ROLE, '..', '..', 'playbooks', 'mig_layout.yml')
+
+
+def _rollout_apply_block():
+    """The rollout play's "Apply the layout" block of playbooks/mig_layout.yml."""
+    with open(PLAYBOOK) as handle:
+        plays = yaml.safe_load(handle)
+    found = [task for play in plays for task in play.get('tasks', []) if task.get('name') == 'Apply the layout']
+    assert len(found) == 1
+    return found[0]
+
+
+def _read_after_the_import(file_name):
+    """The tasks of playbooks/mig_layout.yml's block after its import of ``file_name`` (none where it imports none)."""
+    block = _rollout_apply_block()['block']
+    imports = [position for position, task in enumerate(block)
+               if (task.get('ansible.builtin.import_role') or {}).get('tasks_from') == file_name]
+    return block[imports[0] + 1:] if imports else []
+
+
+def test_the_rollout_enters_the_role_wherever_its_first_decision_did_not_settle_the_host():
+    """A no-op rollout is one decision per host: the role is skipped only where that decision found the host in its
+    layout (gpufleet.mig.mig_layout_settled, tested in test_rollout_plan.py). The first decision is the role's own,
+    with the role's module options, on hosts that are not Kubernetes nodes only, its failure left to the role."""
+    block = _rollout_apply_block()
+    assert block['ignore_unreachable'] is True
+    first, role = block['block']
+    assert first['ansible.builtin.import_role'] == {'name': 'gpufleet.mig.mig_layout', 'tasks_from': 'rollout_decide.yml'}
+    assert first['when'] == "mig_layout_tasks | default('main') == 'main'"
+    assert role['ansible.builtin.include_role'] == {
+        'name': 'gpufleet.mig.mig_layout', 'tasks_from': "{{ mig_layout_tasks | default('main') }}"}
+    assert role['when'] == 'not (mig_layout__decision | default(none) | gpufleet.mig.mig_layout_settled)'
+    decide, = _load('tasks', 'rollout_decide.yml')
+    assert decide['gpufleet.mig.nvidia_mig_layout'] == {'apply': False}
+    assert decide['module_defaults'] == {'gpufleet.mig.nvidia_mig_layout': '{{ mig_layout__module_defaults }}'}
+    assert decide['environment'] == _task('decide.yml', 'Plan the layout on the host without changing a GPU')['environment']
+    assert decide['register'] == 'mig_layout__decision'
+    assert decide['ignore_errors'] is True and 'failed_when' not in decide
+    assert decide['when'] == 'mig_layout_k8s_node | length == 0'
+
+
 # ---- issue 27, section 3 ----------------------------------------------------------------------------------
 
 def test_no_error_is_ignored_without_a_later_task_failing_on_it():
@@ -121,7 +162,7 @@ def test_no_error_is_ignored_without_a_later_task_failing_on_it():
                 continue
             registered = task.get('register')
             assert registered, (file_name, task['name'])
-            later = ' '.join(str(t) for t in tasks[position + 1:])
+            later = ' '.join(str(t) for t in tasks[position + 1:] + _read_after_the_import(file_name))
             assert registered in later, '%s: %r ignores errors that no later task reads' % (file_name, task['name'])
         text = open(os.path.join(folder, file_name)).read()
         assert 'component_pods.resources | default([])' not in text

@@ -261,3 +261,25 @@ def test_the_rollout_keeps_the_gpus_only_of_the_hosts_whose_decision_told_new_on
     hosts = ['known', 'new', 'moved', 'failed', 'lost', 'untouched']
     assert FILTERS['mig_layout_host_gpus_changed'](hosts, hostvars) == ['new', 'moved']
     assert FILTERS['mig_layout_host_gpus_changed'](hosts, dict(hostvars)) == ['new', 'moved']
+
+
+def test_the_preflight_reads_only_the_hosts_whose_gpus_the_controller_knows_in_no_way():
+    """A cached mig_layout_host_gpus or nvidia_mig facts (even empty ones) make a host known; the filter answers in
+    the order of the hosts it is given, and works on a plain dict of each host's variables as well."""
+    hostvars = RawHostvars(
+        cached={'mig_layout_host_gpus': FILTERS['mig_layout_host_gpus'](A100_DECISION)},
+        read={'nvidia_mig': {'gpus': []}},
+        both={'mig_layout_host_gpus': [], 'nvidia_mig': {'gpus': []}},
+        fresh={'ansible_host': '10.0.0.9'},
+        other_fresh={},
+    )
+    hosts = ['other_fresh', 'cached', 'read', 'fresh', 'both']
+    assert FILTERS['mig_layout_gpus_unknown'](hosts, hostvars) == ['other_fresh', 'fresh']
+    assert FILTERS['mig_layout_gpus_unknown'](hosts, dict(hostvars)) == ['other_fresh', 'fresh']
+    assert FILTERS['mig_layout_gpus_unknown']([], hostvars) == []
+
+
+def test_the_settled_filter_is_the_rollout_rule():
+    assert FILTERS['mig_layout_settled']({'in_layout': True, 'changed': False}) is True
+    assert FILTERS['mig_layout_settled']({'in_layout': True, 'failed': True, 'msg': 'x'}) is False
+    assert FILTERS['mig_layout_settled'](None) is False

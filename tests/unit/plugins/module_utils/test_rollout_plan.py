@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_pla
     progress,
     real_run_stop,
     rollout_settings,
+    settled,
     unfinished,
 )
 
@@ -122,6 +123,26 @@ def test_the_hosts_a_run_fails_and_why():
     assert failing == {'c': 'MIG layout nighttime was not applied on c: NVML error', 'e': stopped, 'f': stopped}
     # a lost host that the rollout reached fails with its own reason only
     assert unfinished(['a', 'b'], ['a', 'b'], {'b': 'lost'}, settings, 'the MIG repack') == {'b': 'lost'}
+
+
+@pytest.mark.parametrize('decision, done', [
+    ({'changed': False, 'in_layout': True, 'gpus': []}, True),
+    # in check mode too: the dry run's plan is the decision's
+    ({'changed': False, 'in_layout': True, 'gpus': [], 'skipped': False, 'failed': False}, True),
+    ({'changed': False, 'in_layout': False, 'gpus': []}, False),
+    # the role decides again, changes the host or records why not
+    ({'failed': True, 'msg': 'initialise NVML failed: NVML_ERROR_LIBRARY_NOT_FOUND'}, False),
+    ({'failed': True, 'msg': 'x', 'in_layout': True}, False),
+    ({'unreachable': True, 'msg': 'gone', 'in_layout': True}, False),
+    # a Kubernetes node or a repack: the first decision was skipped
+    ({'skipped': True, 'changed': False, 'false_condition': 'mig_layout_k8s_node | length == 0'}, False),
+    ({'in_layout': 'yes'}, False),
+    (None, False),
+    ('', False),
+])
+def test_only_a_first_decision_that_found_the_host_in_its_layout_settles_it(decision, done):
+    """playbooks/mig_layout.yml enters the role on every host this is False for."""
+    assert settled(decision) is done
 
 
 def test_progress_with_percentage_batches():
