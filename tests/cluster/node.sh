@@ -741,18 +741,27 @@ plugin_start() {
         --mode-file "$node/device-plugin.mode.json" \
         >>"$node/logs/device-plugin.log" 2>&1 </dev/null &
     echo $! >"$node/device-plugin.pid"
-    wait_for 60 "the device plugin to serve or pause" "$(cat "$node/device-plugin.pid")" \
-        grep -qE '"state": "(serving|paused)"' "$node/device-plugin.json" \
-        || { tail -n 20 "$node/logs/device-plugin.log" | sed 's/^/    /' >&2; plugin_stop; die "the device plugin did not start"; }
-    log "device plugin: $(cat "$node/device-plugin.json")"
+    helper_started device-plugin "device plugin" "the device plugin to serve or pause" "(serving|paused)" plugin_stop
 }
 
-plugin_stop() {
-    if plugin_alive; then
-        stop_pid "$(cat "$node/device-plugin.pid")" "device plugin" 10
-        log "stopped the device plugin"
+plugin_stop() { helper_stop device-plugin "device plugin" plugin_alive; }
+
+# The device plugin and the DRA plugin, each a helper process of this node with $node/NAME.pid, NAME.json (its
+# status) and logs/NAME.log.
+helper_started() { # NAME WORDS WAITING STATES STOP: wait until the helper's status says one of STATES, else stop it and die
+    local name=$1 words=$2 waiting=$3 states=$4 stop=$5
+    wait_for 60 "$waiting" "$(cat "$node/$name.pid")" grep -qE "\"state\": \"$states\"" "$node/$name.json" \
+        || { tail -n 20 "$node/logs/$name.log" | sed 's/^/    /' >&2; "$stop"; die "the $words did not start"; }
+    log "$words: $(cat "$node/$name.json")"
+}
+
+helper_stop() { # NAME WORDS ALIVE: stop the helper where ALIVE says it runs; its pid file goes either way
+    local name=$1 words=$2 alive=$3
+    if "$alive"; then
+        stop_pid "$(cat "$node/$name.pid")" "$words" 10
+        log "stopped the $words"
     fi
-    rm -f "$node/device-plugin.pid"
+    rm -f "$node/$name.pid"
 }
 
 dra_start() {
@@ -769,19 +778,10 @@ dra_start() {
         --token-file "$state/admin.token" --status-file "$node/dra-plugin.json" \
         >>"$node/logs/dra-plugin.log" 2>&1 </dev/null &
     echo $! >"$node/dra-plugin.pid"
-    wait_for 60 "the kubelet to register the DRA plugin" "$(cat "$node/dra-plugin.pid")" \
-        grep -qE '"state": "serving"' "$node/dra-plugin.json" \
-        || { tail -n 20 "$node/logs/dra-plugin.log" | sed 's/^/    /' >&2; dra_stop; die "the DRA plugin did not start"; }
-    log "DRA plugin: $(cat "$node/dra-plugin.json")"
+    helper_started dra-plugin "DRA plugin" "the kubelet to register the DRA plugin" serving dra_stop
 }
 
-dra_stop() {
-    if dra_alive; then
-        stop_pid "$(cat "$node/dra-plugin.pid")" "DRA plugin" 10
-        log "stopped the DRA plugin"
-    fi
-    rm -f "$node/dra-plugin.pid"
-}
+dra_stop() { helper_stop dra-plugin "DRA plugin" dra_alive; }
 
 kubelet_sock_replaced() { # BEFORE: kubelet.sock exists and is not the file stat described as BEFORE
     local now
