@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Rollout benchmark: what a fleet run of playbooks/mig_layout.yml costs, beside `ansible -m ping`.
 
-For simulated fleets of 4 and 32 hosts (local connection, serial 100%, forks 10 from the
-repository's ansible.cfg), measured side by side in one run on this machine: the wall time of
+For simulated fleets of 4 and 32 hosts (local connection, forks 10 from the repository's ansible.cfg, the no-op
+at serial 100% unless --serial says otherwise), measured side by side in one run on this machine: the wall time of
 `ansible -m ping` and of a no-op playbooks/mig_layout.yml (the fleet already in its layout), their
 ratio, and the module executions per host of the no-op and of a daytime -> nighttime switch without
 Kubernetes. The no-op runs twice: without a fact cache (the pre-flight reads each host's GPUs, so that a
@@ -20,7 +20,7 @@ no-op that keeps one module execution per host is the decision task plus the sta
 With ``--baseline REV`` the no-op of git revision REV (its playbooks and role, as a collection of its own) runs on
 the same fleet in the same invocation, after the same pings, side by side.
 
-Run: make benchmark   (or: .venv/bin/python benchmarks/rollout.py --hosts 4 32 [--baseline REV])
+Run: make benchmark   (or: .venv/bin/python benchmarks/rollout.py --hosts 4 32 [--baseline REV] [--serial 1])
 """
 
 from __future__ import absolute_import, division, print_function
@@ -150,9 +150,9 @@ def checkout_of(revision, directory):
                     'ANSIBLE_ROLES_PATH': os.path.join(source, 'roles'), 'ANSIBLE_CONFIG': os.path.join(source, 'ansible.cfg')}
 
 
-def bench_fleet(hosts, repeats, baseline=None):
+def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
     """{label: figures} of this checkout and, with ``baseline`` (a git revision), of that revision, run in turn on the
-    same simulated fleet, each repeat after one ping of it."""
+    same simulated fleet, each repeat after one ping of it; the no-op runs at mig_layout_serial ``serial``."""
     directory = tempfile.mkdtemp(prefix='gpufleet-rollout-')
     try:
         inventory = write_fleet(directory, hosts)
@@ -163,6 +163,7 @@ def bench_fleet(hosts, repeats, baseline=None):
         env = ansible_environment()
         playbook = [os.path.join(BIN, 'ansible-playbook'), '-i', inventory]
         rollout = playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_serial=100%']
+        noop_rollout = playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_serial=%s' % serial]
         timed(playbook + [os.path.join('simulator', 'seed.yml')], env)
         # With the cache: this run's decisions leave each host's GPUs in it for the no-op runs after it.
         timed(rollout + ['-e', 'mig_layout_name=daytime'], dict(env, **cache))
@@ -175,7 +176,7 @@ def bench_fleet(hosts, repeats, baseline=None):
             executions(directory)
             for label, tree, settings in trees:
                 for kind, run_env in (('uncached', ansible_environment(**settings)), ('cached', ansible_environment(**dict(settings, **cache)))):
-                    seconds, output = timed(rollout + ['-e', 'mig_layout_name=daytime'], run_env, tree)
+                    seconds, output = timed(noop_rollout + ['-e', 'mig_layout_name=daytime'], run_env, tree)
                     changed = re.findall(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)', output, re.M)
                     if not changed or any(count != '0' for dummy_host, count in changed):
                         raise SystemExit('the no-op run changed something:\n%s' % output[-4000:])
@@ -183,7 +184,7 @@ def bench_fleet(hosts, repeats, baseline=None):
                     noop_executions[label][kind] = per_host(executions(directory), hosts)
         figures = {}
         for label, tree, settings in trees:
-            profile = where_the_time_goes(rollout + ['-e', 'mig_layout_name=daytime'], ansible_environment(**dict(settings, **cache)), tree)
+            profile = where_the_time_goes(noop_rollout + ['-e', 'mig_layout_name=daytime'], ansible_environment(**dict(settings, **cache)), tree)
             executions(directory)
             figures[label] = {
                 'hosts': hosts,
@@ -211,15 +212,18 @@ def main(argv=None):
     parser.add_argument('--hosts', type=int, nargs='+', default=[4, 32])
     parser.add_argument('--repeats', type=int, default=3, help='runs of ping and of the no-op per fleet (median)')
     parser.add_argument('--baseline', metavar='REV', help='also run the no-op of this git revision, side by side')
+    parser.add_argument('--serial', default='100%',
+                        help="the no-op's mig_layout_serial (default 100%%: one batch; the playbook's own default is 1, a batch per host)")
     args = parser.parse_args(argv)
-    print('playbooks/mig_layout.yml on simulated fleets (local connection, serial 100%%, forks 10 from ansible.cfg), median of %d:' % args.repeats)
+    print('playbooks/mig_layout.yml on simulated fleets (local connection, no-op at serial %s, forks 10 from ansible.cfg), '
+          'median of %d:' % (args.serial, args.repeats))
     print('%6s %-14s %9s | %-32s | %-32s | %10s %11s' % ('', '', '', 'no-op, no fact cache', 'no-op, fact cache', '', 'switch'))
     print('%6s %-14s %9s | %9s %7s %14s | %9s %7s %14s | %10s %11s' % (
         'hosts', 'tree', 'ping s', 'wall s', 'ratio', 'executions/host', 'wall s', 'ratio', 'executions/host', 'switch s',
         'executions'))
     results = []
     for hosts in args.hosts:
-        for label, figures in bench_fleet(hosts, args.repeats, args.baseline).items():
+        for label, figures in bench_fleet(hosts, args.repeats, args.baseline, args.serial).items():
             results.append((label, figures))
             switch = ('%10.2f %11s' % (figures['switch'], '%d-%d' % figures['switch_executions'])) if 'switch' in figures else ''
             print('%6d %-14s %9.2f | %9.2f %6.2fx %14s | %9.2f %6.2fx %14s | %s' % (

@@ -161,6 +161,50 @@ def test_a_no_op_rollout_is_the_first_decision_alone(daytime_fleet):
     assert changed and all(path.endswith(('.prom', 'stranded_slice_seconds.json')) for path in changed), changed
 
 
+def test_the_failure_budget_counts_the_failed_hosts_of_every_batch_so_far(ansible_env, daytime_fleet):
+    """Serial 1, a budget of 20% of 6 hosts (one may fail): sim-a100-01 (batch 1) and sim-a30-01 (batch 2) refuse to
+    switch (a process holds an instance the switch destroys), so the rollout stops before batch 3 and the other hosts
+    are not reached. The failures so far are added up on the controller batch by batch, not read from every host."""
+    make_busy(daytime_fleet, 'sim-a30-01', 0, 1, [4343])
+    try:
+        run = fleet_run(daytime_fleet, mig_layout_name='nighttime', mig_layout_serial=1, mig_layout_max_fail_percentage=20)
+    finally:
+        make_busy(daytime_fleet, 'sim-a30-01', 0, 1, [])
+    assert sorted(run.task_results(FIRST_DECISION_TASK)) == ['sim-a100-01', 'sim-a30-01'], run.describe()
+    assert run.changed == [] and sorted(run.failed) == sorted(HOSTS), run.describe()
+    assert [line.split(';')[0] for line in progress_lines(run)] == [
+        'batch 1 of 6: 1 of 6 host(s) done, 1 failed (sim-a100-01)',
+        'batch 2 of 6: 2 of 6 host(s) done, 2 failed (sim-a100-01, sim-a30-01)']
+    assert sorted(stats_data(run)['mig_layout_rollout']['not_reached']) == ['sim-b200-01', 'sim-h100-01', 'sim-h200-01', 'sim-rtxpro-01']
+
+
+LEASE_PLAY = 'Take or release the fleet lease'
+LEASE_END_TASK = 'End the play where no fleet lease is wanted (no Kubernetes cluster configured)'
+LEASE_TASK = 'Take the fleet lease (a run that finds it held waits, then stops naming the holder)'
+TASK_ENDS = ('runner_on_ok', 'runner_on_failed', 'runner_on_skipped', 'runner_on_unreachable')
+
+
+@pytest.mark.parametrize('extravars, wanted', [
+    ({}, False),
+    ({'gpufleet_k8s_host': 'https://127.0.0.1:9'}, True),
+    ({'gpufleet_k8s_host': 'https://127.0.0.1:9', 'gpufleet_fleet_lease': False}, False),
+    ({'gpufleet_fleet_lease': 'true'}, True),
+])
+def test_the_fleet_lease_play_runs_a_task_only_where_the_lease_is_wanted(ansible_env, extravars, wanted):
+    """Without a cluster (or with gpufleet_fleet_lease false) the lease play ends at its first task, which the controller
+    runs itself: no task forks a worker there, so a no-op rollout pays nothing for the lease. Where the lease is wanted,
+    the run names itself and tries to take it (here no API server answers, so the try fails)."""
+    run = run_playbook('playbooks/mig_fleet_lease.yml', inventory=INVENTORY, extravars=dict(extravars, gpufleet_fleet_lease_wait=0))
+    ran = [data['task'] for data in (e['event_data'] for e in run.events if e.get('event') in TASK_ENDS)
+           if data.get('play') == LEASE_PLAY and data.get('task') != LEASE_END_TASK]
+    if wanted:
+        assert ran == ['Name this run once for all its plays (the AWX job, or a new id)', LEASE_TASK], run.describe()
+        assert run.failed == ['localhost'], run.describe()
+        assert 'cannot connect to the Kubernetes API' in run.task_results(LEASE_TASK)['localhost']['msg'], run.describe()
+    else:
+        assert ran == [] and run.rc == 0, run.describe()
+
+
 def progress_lines(run):
     return [res['msg'] for res in (e['event_data']['res'] for e in run.events
                                    if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == PROGRESS_TASK)]

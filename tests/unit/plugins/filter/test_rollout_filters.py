@@ -8,10 +8,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
 import pytest
+import yaml
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.mig.plugins.filter import mig_layout as layout_filters
 from ansible_collections.gpufleet.mig.plugins.filter.mig_layout import FilterModule
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, check_layout, unknown_layout, validate_configs
 
@@ -87,6 +91,34 @@ def test_a_count_no_gpu_of_any_model_fits_is_refused_on_the_controller(devices, 
 def test_counts_some_gpu_fits_pass(devices):
     configs = {'n': [{'devices': 'all', 'mig-enabled': True, 'mig-devices': devices}]}
     assert FILTERS['mig_layout_catalog'](configs, 'n')['error'] is None
+
+
+def test_a_catalog_text_is_parsed_by_libyaml_where_pyyaml_has_it_with_the_same_data_and_wording(monkeypatch):
+    """The C parser reads the text where PyYAML was built with it (once per host of a pre-flight); the data is the
+    pure-Python parser's, and a syntax error is told in the pure-Python parser's words whatever the build."""
+    fast_loader = getattr(yaml, 'CSafeLoader', None)
+    assert layout_filters._FAST_LOADER is fast_loader
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'mig_layout', 'files', 'catalog.yml')) as handle:
+        shipped = handle.read()
+    broken = 'version: v1\nmig-configs:\n  nighttime:\n    - devices: all\n      mig-enabled: [true\n'
+    loaders = []
+    real_load = yaml.load
+
+    def load(text, Loader):
+        loaders.append(Loader)
+        return real_load(text, Loader=Loader)
+
+    monkeypatch.setattr(yaml, 'load', load)
+
+    def both():
+        return (FILTERS['mig_layout_catalog'](shipped, 'nighttime', True, 'catalog.yml'),
+                FILTERS['mig_layout_catalog'](broken, 'nighttime', True, 'files/site.yaml'))
+
+    fast = both()
+    assert loaders == ([yaml.SafeLoader] * 2 if fast_loader is None else [fast_loader, fast_loader, yaml.SafeLoader])
+    monkeypatch.setattr(layout_filters, '_FAST_LOADER', None)
+    assert both() == fast
+    assert fast[0]['error'] is None and fast[1]['error'].startswith('files/site.yaml line 6, column 1: not valid YAML: ')
 
 
 def test_preflight_tells_each_problem_once_with_its_hosts():
