@@ -18,7 +18,8 @@ and the rest (start-up, plays, lease), and the decision task's time beside the p
 no-op that keeps one module execution per host is the decision task plus the start-up.
 
 With ``--baseline REV`` the no-op of git revision REV (its playbooks and role, as a collection of its own) runs on
-the same fleet in the same invocation, after the same pings, side by side.
+the same fleet in the same invocation, after the same pings, side by side; each tree has a fact cache of its own,
+filled by its own first rollout (what a revision's pre-flight read keeps in the cache is part of what it costs).
 
 Run: make benchmark   (or: .venv/bin/python benchmarks/rollout.py --hosts 4 32 [--baseline REV] [--serial 1])
 """
@@ -156,7 +157,6 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
     directory = tempfile.mkdtemp(prefix='gpufleet-rollout-')
     try:
         inventory = write_fleet(directory, hosts)
-        cache = {'ANSIBLE_CACHE_PLUGIN': 'jsonfile', 'ANSIBLE_CACHE_PLUGIN_CONNECTION': os.path.join(directory, 'facts')}
         trees = [('this checkout', REPOSITORY, {})]
         if baseline:
             trees.append((baseline[:10],) + checkout_of(baseline, os.path.join(directory, 'baseline')))
@@ -165,8 +165,13 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
         rollout = playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_serial=100%']
         noop_rollout = playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_serial=%s' % serial]
         timed(playbook + [os.path.join('simulator', 'seed.yml')], env)
-        # With the cache: this run's decisions leave each host's GPUs in it for the no-op runs after it.
-        timed(rollout + ['-e', 'mig_layout_name=daytime'], dict(env, **cache))
+        # A fact cache per tree, filled by that tree's own first rollout (what its pre-flight read and its decisions keep),
+        # as an operator's cache is by the version they run: the first changes the seeded hosts, the next finds them done.
+        caches = {}
+        for label, tree, settings in trees:
+            caches[label] = {'ANSIBLE_CACHE_PLUGIN': 'jsonfile',
+                             'ANSIBLE_CACHE_PLUGIN_CONNECTION': os.path.join(directory, 'facts-%d' % len(caches))}
+            timed(rollout + ['-e', 'mig_layout_name=daytime'], ansible_environment(**dict(settings, **caches[label])), tree)
         executions(directory)
         ping = []
         noop = dict((label, {'uncached': [], 'cached': []}) for label, dummy, dummy in trees)
@@ -175,7 +180,8 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
             ping.append(timed([os.path.join(BIN, 'ansible'), '-i', inventory, 'gpu_hosts', '-m', 'ansible.builtin.ping'], env)[0])
             executions(directory)
             for label, tree, settings in trees:
-                for kind, run_env in (('uncached', ansible_environment(**settings)), ('cached', ansible_environment(**dict(settings, **cache)))):
+                for kind, run_env in (('uncached', ansible_environment(**settings)),
+                                      ('cached', ansible_environment(**dict(settings, **caches[label])))):
                     seconds, output = timed(noop_rollout + ['-e', 'mig_layout_name=daytime'], run_env, tree)
                     changed = re.findall(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)', output, re.M)
                     if not changed or any(count != '0' for dummy_host, count in changed):
@@ -184,7 +190,8 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
                     noop_executions[label][kind] = per_host(executions(directory), hosts)
         figures = {}
         for label, tree, settings in trees:
-            profile = where_the_time_goes(noop_rollout + ['-e', 'mig_layout_name=daytime'], ansible_environment(**dict(settings, **cache)), tree)
+            profile = where_the_time_goes(noop_rollout + ['-e', 'mig_layout_name=daytime'],
+                                          ansible_environment(**dict(settings, **caches[label])), tree)
             executions(directory)
             figures[label] = {
                 'hosts': hosts,

@@ -19,6 +19,7 @@ from ansible.module_utils.six import string_types
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gpu_pods import gpu_pods
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import known_host_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import (
     MEMORY_SLICES_KEY,
     LayoutConfigError,
@@ -141,16 +142,22 @@ def mig_layout_host_gpus_changed(hosts, hostvars):
     return changed
 
 
+def mig_layout_known_gpus(kept, facts=None, summary=None):
+    """A host's MIG-capable GPUs from its fact ``mig_layout_host_gpus`` (``kept``), else its ``nvidia_mig`` facts, else
+    its ``nvidia_mig_summary``; None where none tells them (_gpu_summary.known_host_gpus)."""
+    return known_host_gpus(kept, facts, summary)
+
+
+def _known_gpus_of(facts):
+    """known_host_gpus of one host's variables as hostvars.raw_get returns them."""
+    return known_host_gpus(facts.get('mig_layout_host_gpus'), facts.get('nvidia_mig'), facts.get('nvidia_mig_summary'))
+
+
 def mig_layout_gpus_unknown(hosts, hostvars):
-    """The hosts of ``hosts`` whose MIG-capable GPUs the controller knows neither from their ``mig_layout_host_gpus``
-    (a cached fact of an earlier rollout) nor from their ``nvidia_mig`` facts: the ones the rollout's pre-flight reads."""
+    """The hosts of ``hosts`` whose MIG-capable GPUs the controller does not know (:func:`mig_layout_known_gpus` of their
+    facts is None): the ones the rollout's pre-flight reads."""
     raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
-    unknown = []
-    for host in hosts:
-        facts = raw(host)
-        if 'mig_layout_host_gpus' not in facts and 'nvidia_mig' not in facts:
-            unknown.append(host)
-    return unknown
+    return [host for host in hosts if _known_gpus_of(raw(host)) is None]
 
 
 def mig_layout_preflight(checks, hosts, hostvars=None):
@@ -191,12 +198,12 @@ def mig_layout_preflight(checks, hosts, hostvars=None):
 
 
 def _read_since(check, host, hostvars):
-    """``check`` completed with the GPUs of the nvidia_mig facts read since it was made, where it lacked them."""
+    """``check`` completed with the GPUs read since it was made (the pre-flight's read), where it lacked them."""
     if not check or check.get('matches') is not None or not check.get('configs'):
         return check
     # raw_get: the facts as the module returned them, not templated again (ansible/vars/hostvars.py).
-    facts = getattr(hostvars, 'raw_get', hostvars.__getitem__)(host).get('nvidia_mig')
-    return _matched(check, known_gpus(facts)) if facts else check
+    gpus = _known_gpus_of(getattr(hostvars, 'raw_get', hostvars.__getitem__)(host))
+    return _matched(check, gpus) if gpus is not None else check
 
 
 # Role variables renamed after the module options they feed (old name: new name). The old ones shipped in 0.2.0;
@@ -321,5 +328,6 @@ class FilterModule(object):
             'mig_layout_host_gpus': mig_layout_host_gpus,
             'mig_layout_host_gpus_changed': mig_layout_host_gpus_changed,
             'mig_layout_gpus_unknown': mig_layout_gpus_unknown,
+            'mig_layout_known_gpus': mig_layout_known_gpus,
             'mig_layout_renamed': mig_layout_renamed,
         }

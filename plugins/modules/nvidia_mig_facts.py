@@ -38,7 +38,8 @@ options:
         (P(gpufleet.mig.mig_fleet_map#filter)) need of each GPU, computed here on the host, with the time it was read,
         instead of the facts (no RV(ansible_facts.nvidia_mig) is set).
       - A few KB per host instead of every profile with its placements and compute profiles, so that a fleet's report
-        does not carry the whole facts of every host through the controller.
+        does not carry the whole facts of every host through the controller. C(playbooks/mig_layout.yml) reads it, not
+        the facts, in its pre-flight of the hosts whose GPUs it does not know yet (P(gpufleet.mig.mig_layout_known_gpus#filter)).
       - A fact, so that a fact cache (AWX fact storage, ansible-core C(fact_caching)) keeps it, and the report with
         C(mig_report_source=cache) draws the fleet from it without contacting any host.
     type: bool
@@ -103,7 +104,8 @@ ansible_facts:
         - C(layout), the declared layout or null; C(lines), the report's line per GPU; C(totals) (C(gpus), C(mig_enabled),
           C(out_of_layout), C(instances), C(free_slices), C(stranded_slices), C(busy_gpus)); C(map), the GPUs as the map
           draws them, as one JSON text (one value per host, since ansible-core handles every value of a result several times).
-        - C(map) is a list, per GPU C(index), C(uuid), C(name), C(mig_capable), C(mig_mode) (C(current), C(pending);
+        - C(map) is a list, per GPU C(index), C(uuid), C(name), C(pci_device_id), C(pci_subsystem_id) (what the rollout's
+          pre-flight matches a layout's device-filters with), C(mig_capable), C(mig_mode) (C(current), C(pending);
           V(unsupported) without MIG), C(in_layout), C(processes) (pids), C(allocated_to), C(total_slices), C(slices) (per
           memory slice V(free), V(stranded), V(unusable) or the position in C(gpu_instances) of the instance covering it),
           C(figures) (C(free_slices), C(stranded_slices), C(largest_placeable), C(fragmentation),

@@ -291,9 +291,9 @@ PREFLIGHT_READ = 'Read the GPUs of the hosts whose GPUs the controller does not 
 
 
 def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_fleet, tmp_path):
-    """Without a fact cache the pre-flight reads each host's GPUs (nvidia_mig_facts, read-only) and refuses a layout
-    that would be declared everywhere and apply nowhere; with one, the GPUs each host's last decision reported are
-    a cached fact and nothing is read."""
+    """Without a fact cache the pre-flight reads each host's GPUs (nvidia_mig_facts' summary, read-only) and refuses a
+    layout that would be declared everywhere and apply nowhere; with one, the GPUs each host's last decision reported
+    are a cached fact and nothing is read."""
     cache = str(tmp_path / 'facts')
     nowhere = json.dumps({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [
         {'devices': 'all', 'device-filter': '0x12345678', 'mig-enabled': True, 'mig-devices': {'1g': 1}}]}})
@@ -316,8 +316,10 @@ def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_flee
     # One file per host (ansible-core 2.19 prefixes the names with the cache's schema, s1_).
     files = dict((name.split('_', 1)[-1], name) for name in os.listdir(cache))
     assert sorted(files) == sorted(HOSTS)
+    # The read kept the host's summary, not its facts: the cache hands a host's facts to each later variable lookup.
     refused_host = cached_facts(os.path.join(cache, files['sim-h200-01']))
-    assert '0x233510DE' in json.dumps(refused_host['nvidia_mig']) and 'mig_layout_host_gpus' not in refused_host
+    assert '0x233510DE' in json.dumps(refused_host['nvidia_mig_summary']) and 'mig_layout_host_gpus' not in refused_host
+    assert 'nvidia_mig' not in refused_host, sorted(refused_host)
     # The rollout kept the GPUs its decision told on the host it matched (its next pre-flight needs no read there).
     assert '0x20B710DE' in json.dumps(cached_facts(os.path.join(cache, files['sim-a30-01']))['mig_layout_host_gpus'])
     # With the cache: refused by the first check, before the read is even scheduled.

@@ -26,6 +26,7 @@ __metaclass__ = type
 import datetime
 import json
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import known_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GeometryError,
@@ -212,8 +213,9 @@ def gpu_summary(gpu, host='localhost'):
 
     ``slices``: each memory slice's state, the position of the GPU instance (in ``gpu_instances``) covering it or
     free, stranded, unusable; ``figures``: the free-space figures the map shows; ``ranks``: the order of the profiles
-    it names (to sort the largest placeable profiles of a model). Not the profiles, their placements, compute
-    profiles nor per-process memory: the map computes nothing from them once this is known.
+    it names (to sort the largest placeable profiles of a model); the PCI ids, for the rollout's pre-flight to match a
+    layout's device-filters (:func:`summary_known_gpus`). Not the profiles, their placements, compute profiles nor
+    per-process memory: the map computes nothing from them once this is known.
     """
     view = gpu_view(gpu, host)
     figures = view['figures']
@@ -222,6 +224,8 @@ def gpu_summary(gpu, host='localhost'):
         'index': view['index'],
         'uuid': view['uuid'],
         'name': view['name'],
+        'pci_device_id': gpu.get('pci_device_id'),
+        'pci_subsystem_id': gpu.get('pci_subsystem_id'),
         'mig_capable': view['mig_capable'],
         'mig_mode': {'current': view['mig'], 'pending': view['pending']},
         'in_layout': view['in_layout'],
@@ -379,6 +383,31 @@ def summary_gpus(summary, where):
     if not isinstance(gpus, list):
         raise MapInputError('%s summary: map must be the JSON of a list of GPU summaries, got %s' % (where, type(gpus).__name__))
     return gpus
+
+
+def known_host_gpus(kept=None, facts=None, summary=None):
+    """A host's MIG-capable GPUs as the controller knows them (_layout_matching.known_gpus), or None where it does not.
+
+    ``kept``: the fact ``mig_layout_host_gpus`` (its last decision's; playbooks/mig_layout.yml keeps it); else its
+    ``nvidia_mig`` facts (``facts``); else its ``nvidia_mig_summary`` (``summary``), which the rollout's pre-flight
+    reads instead of the facts: a fact cache hands a host's facts to every later variable lookup of that host, every
+    profile and placement of every GPU decoded again each time, where the summary is a few values. A summary that
+    cannot be read, or one made before it carried the PCI ids, tells nothing (a device-filter could not be matched).
+    """
+    if kept is not None:
+        return kept
+    if facts is not None:
+        return known_gpus(facts)
+    if not isinstance(summary, dict):
+        return None
+    try:
+        gpus = summary_gpus(summary, 'nvidia_mig_summary')
+    except MapInputError:
+        return None
+    if not all(isinstance(gpu, dict) and 'pci_device_id' in gpu for gpu in gpus):
+        return None
+    # What the facts it was made from tell, no more (the memory slices of a GPU are not known from facts either).
+    return known_gpus({'gpus': gpus})
 
 
 # The time a summary was read, in UTC to the second: the fact cache keeps it beside the summary.

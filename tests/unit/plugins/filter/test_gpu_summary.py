@@ -32,15 +32,17 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary
     cached_summary,
     gpu_summary,
     host_summary,
+    known_host_gpus,
     view_of_summary,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import known_gpus
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts
 
 from .fleet_samples import host_gpus, large_fleet, sample_fleet, simulated_gpu
 
 GENERATED = 'generated 2026-12-04 00:00:00 UTC'
 SUMMARY_KEYS = ['allocated_to', 'figures', 'gpu_instances', 'in_layout', 'index', 'mig_capable', 'mig_mode', 'name',
-                'processes', 'ranks', 'slices', 'total_slices', 'uuid']
+                'pci_device_id', 'pci_subsystem_id', 'processes', 'ranks', 'slices', 'total_slices', 'uuid']
 
 
 def summarised(fleet):
@@ -69,7 +71,8 @@ def test_the_summary_carries_what_the_map_reads_and_nothing_more():
     first, disabled, whole = [gpu_summary(gpu) for gpu in gpus]
     for summary in (first, disabled, whole):
         assert sorted(summary) == SUMMARY_KEYS
-    # no profiles, placements, compute profiles, per-process memory or PCI ids: the map computes nothing from them
+    # no profiles, placements, compute profiles nor per-process memory: the map computes nothing from them; the PCI ids
+    # are the rollout pre-flight's (device-filters)
     assert 'profiles' not in json.dumps(first) and 'placements' not in json.dumps(first)
     assert first['slices'] == [0, 'free', 'free', 1, 2, 2, 2, 2]
     assert first['figures'] == {'free_slices': 2, 'stranded_slices': 0, 'largest_placeable': '1g.10gb', 'fragmentation': 0.5,
@@ -105,6 +108,34 @@ def test_a_host_summary_is_a_fraction_of_its_facts_and_a_few_values():
         [{'host': 'h', 'summary': {'layout': 'daytime', 'gpus': json.loads(summary['map'])}}])
     with pytest.raises(AnsibleFilterError, match='^mig_fleet_map: host h summary: map is not the JSON of the GPU summaries'):
         mig_fleet_map([{'host': 'h', 'summary': dict(summary, map='[{')}])
+
+
+def test_a_summary_tells_the_gpus_of_the_facts_it_was_made_from():
+    """The rollout's pre-flight reads a host's summary, not its facts (a fact cache would decode the facts again at each
+    later variable lookup of the host): it knows the same MIG-capable GPUs from it, their PCI ids included, for a
+    layout's device-filters. The fact kept from the last decision comes first, the facts next; a summary made before it
+    carried the PCI ids, or one that cannot be read, tells nothing, so that no layout is refused on a guess."""
+    told = []
+    for record in sample_fleet():
+        facts = {'gpus': record['gpus']}
+        summary = json.loads(json.dumps(host_summary(record['layout'], record['gpus'])))
+        assert known_host_gpus(summary=summary) == known_gpus(facts)
+        told.extend(gpu['pci_device_id'] for gpu in known_gpus(facts))
+    assert told and all(told)
+    record = sample_fleet()[0]
+    facts = {'gpus': record['gpus']}
+    summary = host_summary(record['layout'], record['gpus'])
+    kept = [{'index': 0, 'name': 'NVIDIA A30', 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': None, 'memory_slices': 4}]
+    assert known_host_gpus(kept, facts, summary) == kept
+    assert known_host_gpus([], facts, summary) == []
+    assert known_host_gpus(None, facts, {'map': '[{'}) == known_gpus(facts)
+    assert known_host_gpus(None, {'gpus': []}, summary) == []
+    without_ids = json.dumps([dict((key, value) for key, value in gpu.items() if key != 'pci_device_id')
+                              for gpu in json.loads(summary['map'])])
+    assert known_host_gpus(None, None, dict(summary, map=without_ids)) is None
+    assert known_host_gpus(None, None, dict(summary, map='[{')) is None
+    assert known_host_gpus(None, None, 'not a summary') is None
+    assert known_host_gpus() is None
 
 
 def test_the_report_lines_and_totals():

@@ -23,7 +23,7 @@ CONFIGS = {
 def test_filters_are_registered():
     assert sorted(FILTERS) == ['mig_layout_catalog', 'mig_layout_fleet_plan', 'mig_layout_gpu_pods', 'mig_layout_gpus_unknown',
                                'mig_layout_host_gpus', 'mig_layout_host_gpus_changed',
-                               'mig_layout_instances',
+                               'mig_layout_instances', 'mig_layout_known_gpus',
                                'mig_layout_preflight',
                                'mig_layout_problems', 'mig_layout_renamed', 'mig_layout_rollout_progress', 'mig_layout_rollout_serial',
                                'mig_layout_rollout_settings', 'mig_layout_rollout_unfinished', 'mig_layout_settled', 'mig_layout_validate']

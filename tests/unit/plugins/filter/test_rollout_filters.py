@@ -10,6 +10,8 @@ __metaclass__ = type
 
 import os
 
+import json
+
 import pytest
 import yaml
 
@@ -265,6 +267,14 @@ def test_preflight_completes_the_checks_made_before_the_gpus_were_read():
     assert FILTERS['mig_layout_preflight']([broken, unknown], ['a', 'b'], read) == 'Nothing was changed: layout n is wrong [a]'
     # A plain mapping (no raw_get) is read the same way.
     assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], dict(read)) == refusal
+    # The playbook's read keeps the summary (nvidia_mig_facts summary: true), not the facts: the same refusal from it.
+    summary = {'map': json.dumps([dict(gpu, uuid='GPU-%d' % gpu['index'], pci_subsystem_id=None) for gpu in a100_facts['gpus']])}
+    summarised = RawHostvars(a={'nvidia_mig_summary': summary}, b={'nvidia_mig_summary': summary})
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], summarised) == refusal
+    # A summary made before it carried the PCI ids tells no GPU: no refusal on a guess.
+    old = {'map': json.dumps([dict((k, v) for k, v in gpu.items() if k != 'pci_device_id') for gpu in a100_facts['gpus']])}
+    older = RawHostvars(a={'nvidia_mig_summary': old}, b={'nvidia_mig_summary': old})
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], older) == ''
 
 
 def test_a_catalog_file_the_lookup_could_not_read_is_one_line_told_once_for_every_host():
@@ -296,18 +306,24 @@ def test_the_rollout_keeps_the_gpus_only_of_the_hosts_whose_decision_told_new_on
 
 
 def test_the_preflight_reads_only_the_hosts_whose_gpus_the_controller_knows_in_no_way():
-    """A cached mig_layout_host_gpus or nvidia_mig facts (even empty ones) make a host known; the filter answers in
+    """A cached mig_layout_host_gpus, nvidia_mig facts (even empty ones) or an nvidia_mig_summary that tells the GPUs'
+    PCI ids make a host known; a summary without them (older) or that cannot be read does not. The filter answers in
     the order of the hosts it is given, and works on a plain dict of each host's variables as well."""
+    gpu = {'index': 0, 'uuid': 'GPU-0', 'name': 'NVIDIA A30', 'mig_capable': True}
     hostvars = RawHostvars(
         cached={'mig_layout_host_gpus': FILTERS['mig_layout_host_gpus'](A100_DECISION)},
         read={'nvidia_mig': {'gpus': []}},
         both={'mig_layout_host_gpus': [], 'nvidia_mig': {'gpus': []}},
+        summarised={'nvidia_mig_summary': {'map': json.dumps([dict(gpu, pci_device_id='0x20B710DE', pci_subsystem_id=None)])}},
+        old_summary={'nvidia_mig_summary': {'map': json.dumps([gpu])}},
+        broken_summary={'nvidia_mig_summary': {'map': '[{'}},
         fresh={'ansible_host': '10.0.0.9'},
         other_fresh={},
     )
-    hosts = ['other_fresh', 'cached', 'read', 'fresh', 'both']
-    assert FILTERS['mig_layout_gpus_unknown'](hosts, hostvars) == ['other_fresh', 'fresh']
-    assert FILTERS['mig_layout_gpus_unknown'](hosts, dict(hostvars)) == ['other_fresh', 'fresh']
+    hosts = ['other_fresh', 'cached', 'read', 'summarised', 'old_summary', 'fresh', 'both', 'broken_summary']
+    unknown = ['other_fresh', 'old_summary', 'fresh', 'broken_summary']
+    assert FILTERS['mig_layout_gpus_unknown'](hosts, hostvars) == unknown
+    assert FILTERS['mig_layout_gpus_unknown'](hosts, dict(hostvars)) == unknown
     assert FILTERS['mig_layout_gpus_unknown']([], hostvars) == []
 
 
