@@ -214,7 +214,7 @@ def gpu_summary(gpu, host='localhost'):
     ``slices``: each memory slice's state, the position of the GPU instance (in ``gpu_instances``) covering it or
     free, stranded, unusable; ``figures``: the free-space figures the map shows; ``ranks``: the order of the profiles
     it names (to sort the largest placeable profiles of a model); the PCI ids, for the rollout's pre-flight to match a
-    layout's device-filters (:func:`summary_known_gpus`). Not the profiles, their placements, compute profiles nor
+    layout's device-filters (:func:`known_host_gpus`). Not the profiles, their placements, compute profiles nor
     per-process memory: the map computes nothing from them once this is known.
     """
     view = gpu_view(gpu, host)
