@@ -165,8 +165,9 @@ def mig_layout_preflight(checks, hosts, hostvars=None):
 
     ``checks``: each host's result of mig_layout_catalog (or any {'error'}), in the order of ``hosts``. The same
     problem is reported once, with the hosts it concerns ("every host" when all of them). With ``hostvars``, a
-    valid check made while its host's GPUs were unknown is completed from the nvidia_mig facts read since (the
-    pre-flight's read): one pass on the controller instead of a second catalog check per host.
+    valid check made while its host's GPUs were unknown is completed from the GPUs read since (the pre-flight's read of
+    the host's summary; :func:`mig_layout_known_gpus`): one pass on the controller instead of a second catalog check per
+    host.
     """
     if hostvars is not None:
         checks = [_read_since(check, host, hostvars) for host, check in zip(hosts, checks)]
@@ -184,8 +185,7 @@ def mig_layout_preflight(checks, hosts, hostvars=None):
         who = 'every host of the play' if len(concerned) == len(hosts) and len(hosts) > 1 else ', '.join(concerned)
         parts.append('%s [%s]' % (error, who))
     # A layout that matches no GPU anywhere would be declared on every host and apply nowhere; only when every
-    # host's GPUs are known (its last decision, a cached fact, or the pre-flight's read of the nvidia_mig facts) is
-    # that sure.
+    # host's GPUs are known (its last decision, a cached fact, or the pre-flight's read of its summary) is that sure.
     checks = [check or {} for check in checks]
     if not parts and hosts and all(check.get('matches') is False for check in checks):
         names = sorted(set(str(check.get('name')) for check in checks if check.get('name')))
