@@ -6,11 +6,11 @@ For simulated fleets of 4 and 32 hosts (local connection, forks 10 from the repo
 at serial 100% unless --serial says otherwise), measured side by side in one run on this machine: the wall time of
 `ansible -m ping` and of a no-op playbooks/mig_layout.yml (the fleet already in its layout), their
 ratio, and the module executions per host of the no-op and of a daytime -> nighttime switch without
-Kubernetes. The no-op runs twice: without a fact cache (the pre-flight reads each host's GPUs, so that a
-layout matching no GPU of the fleet is refused before any host is touched) and with one (a jsonfile cache,
-as AWX's fact storage that playbooks/awx_configure.yml turns on: the GPUs the last run's decisions
-reported are known, nothing is read). Module executions are counted where they happen: every host's
-Python interpreter is a wrapper that logs each start.
+Kubernetes. The no-op runs twice: without a fact cache (the pre-flight's first decisions tell each host's GPUs, so
+that a layout matching no GPU of the fleet is refused before the batches) and with one (a jsonfile cache, as AWX's
+fact storage that playbooks/awx_configure.yml turns on: the GPUs the last run's decisions reported are known before any
+module runs). Module executions are counted where they happen: every host's Python interpreter is a wrapper that logs
+each start.
 
 Then where the time of a cached no-op goes (one more run, with the task timer of ansible.posix.profile_tasks):
 the decision task (the one module execution per host), the other tasks (controller-side, most once per host)
@@ -19,7 +19,9 @@ no-op that keeps one module execution per host is the decision task plus the sta
 
 With ``--baseline REV`` the no-op of git revision REV (its playbooks and role, as a collection of its own) runs on
 the same fleet in the same invocation, after the same pings, side by side; each tree has a fact cache of its own,
-filled by its own first rollout (what a revision's pre-flight read keeps in the cache is part of what it costs).
+filled by its own first rollout (what a revision's pre-flight read keeps in the cache is part of what it costs), and
+folders of its own for the host code and the boot units that name it (a decision keeps the host code its module
+carries).
 
 Run: make benchmark   (or: .venv/bin/python benchmarks/rollout.py --hosts 4 32 [--baseline REV] [--serial 1])
 """
@@ -157,9 +159,14 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
     directory = tempfile.mkdtemp(prefix='gpufleet-rollout-')
     try:
         inventory = write_fleet(directory, hosts)
-        trees = [('this checkout', REPOSITORY, {})]
+        trees = [('this checkout', REPOSITORY, {}, [])]
         if baseline:
-            trees.append((baseline[:10],) + checkout_of(baseline, os.path.join(directory, 'baseline')))
+            # The baseline keeps its host code (the module's payload, which a decision keeps current) and the boot
+            # units that name it in folders of its own: in shared ones each tree's decision would rewrite the other's,
+            # and no no-op would be one.
+            own = json.dumps(dict((variable, '{{ gpufleet_sim_host_dir }}/baseline/' + variable) for variable in
+                                  ('mig_layout_lib_dir', 'mig_layout_bin_dir', 'mig_layout_systemd_dir')))
+            trees.append((baseline[:10],) + checkout_of(baseline, os.path.join(directory, 'baseline')) + (['-e', own],))
         env = ansible_environment()
         playbook = [os.path.join(BIN, 'ansible-playbook'), '-i', inventory]
         rollout = playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_serial=100%']
@@ -168,29 +175,29 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
         # A fact cache per tree, filled by that tree's own first rollout (what its pre-flight read and its decisions keep),
         # as an operator's cache is by the version they run: the first changes the seeded hosts, the next finds them done.
         caches = {}
-        for label, tree, settings in trees:
+        for label, tree, settings, own in trees:
             caches[label] = {'ANSIBLE_CACHE_PLUGIN': 'jsonfile',
                              'ANSIBLE_CACHE_PLUGIN_CONNECTION': os.path.join(directory, 'facts-%d' % len(caches))}
-            timed(rollout + ['-e', 'mig_layout_name=daytime'], ansible_environment(**dict(settings, **caches[label])), tree)
+            timed(rollout + own + ['-e', 'mig_layout_name=daytime'], ansible_environment(**dict(settings, **caches[label])), tree)
         executions(directory)
         ping = []
-        noop = dict((label, {'uncached': [], 'cached': []}) for label, dummy, dummy in trees)
-        noop_executions = dict((label, {}) for label, dummy, dummy in trees)
+        noop = dict((label, {'uncached': [], 'cached': []}) for label, dummy, dummy, dummy in trees)
+        noop_executions = dict((label, {}) for label, dummy, dummy, dummy in trees)
         for dummy in range(repeats):
             ping.append(timed([os.path.join(BIN, 'ansible'), '-i', inventory, 'gpu_hosts', '-m', 'ansible.builtin.ping'], env)[0])
             executions(directory)
-            for label, tree, settings in trees:
+            for label, tree, settings, own in trees:
                 for kind, run_env in (('uncached', ansible_environment(**settings)),
                                       ('cached', ansible_environment(**dict(settings, **caches[label])))):
-                    seconds, output = timed(noop_rollout + ['-e', 'mig_layout_name=daytime'], run_env, tree)
+                    seconds, output = timed(noop_rollout + own + ['-e', 'mig_layout_name=daytime'], run_env, tree)
                     changed = re.findall(r'^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)', output, re.M)
                     if not changed or any(count != '0' for dummy_host, count in changed):
                         raise SystemExit('the no-op run changed something:\n%s' % output[-4000:])
                     noop[label][kind].append(seconds)
                     noop_executions[label][kind] = per_host(executions(directory), hosts)
         figures = {}
-        for label, tree, settings in trees:
-            profile = where_the_time_goes(noop_rollout + ['-e', 'mig_layout_name=daytime'],
+        for label, tree, settings, own in trees:
+            profile = where_the_time_goes(noop_rollout + own + ['-e', 'mig_layout_name=daytime'],
                                           ansible_environment(**dict(settings, **caches[label])), tree)
             executions(directory)
             figures[label] = {

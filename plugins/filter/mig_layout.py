@@ -29,18 +29,18 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_cata
     validate_document,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import (
+    decision_gpus,
     device_filters_text,
-    known_gpus,
     may_match_any,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_plan import (
     RolloutSettingsError,
     fleet_plan,
+    hosts_to_change,
     instances_text,
     play_serial,
     progress,
     rollout_settings,
-    settled,
     unfinished,
 )
 
@@ -125,19 +125,19 @@ def _matched(checked, gpus):
 
 def mig_layout_host_gpus(decision):
     """The MIG-capable GPUs a host's decision reported (kept as a cached fact for the next pre-flight)."""
-    return known_gpus(decision)
+    return decision_gpus(decision)
 
 
 def mig_layout_host_gpus_changed(hosts, hostvars):
-    """The hosts of ``hosts`` whose decision (``mig_layout__decision``) succeeded and reported other GPUs than the
-    ``mig_layout_host_gpus`` they keep: the only ones the rollout sets that fact on again (a no-op sets none)."""
+    """The hosts of ``hosts`` whose decision (``mig_layout__decision``) told their GPUs (it succeeded, or refused a
+    layout that matches none of them) and other GPUs than the ``mig_layout_host_gpus`` they keep: the only ones the
+    rollout sets that fact on again (a no-op sets none)."""
     raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
     changed = []
     for host in hosts:
         facts = raw(host)
-        decision = facts.get('mig_layout__decision')
-        if isinstance(decision, dict) and not decision.get('failed') and not decision.get('unreachable') \
-                and known_gpus(decision) != facts.get('mig_layout_host_gpus'):
+        told = decision_gpus(facts.get('mig_layout__decision'))
+        if told is not None and told != facts.get('mig_layout_host_gpus'):
             changed.append(host)
     return changed
 
@@ -149,13 +149,14 @@ def mig_layout_known_gpus(kept, facts=None, summary=None):
 
 
 def _known_gpus_of(facts):
-    """known_host_gpus of one host's variables as hostvars.raw_get returns them."""
-    return known_host_gpus(facts.get('mig_layout_host_gpus'), facts.get('nvidia_mig'), facts.get('nvidia_mig_summary'))
+    """known_host_gpus of one host's variables as hostvars.raw_get returns them, its decision of this run first."""
+    return known_host_gpus(facts.get('mig_layout_host_gpus'), facts.get('nvidia_mig'), facts.get('nvidia_mig_summary'),
+                           facts.get('mig_layout__decision'))
 
 
 def mig_layout_gpus_unknown(hosts, hostvars):
-    """The hosts of ``hosts`` whose MIG-capable GPUs the controller does not know (:func:`mig_layout_known_gpus` of their
-    facts is None): the ones the rollout's pre-flight reads."""
+    """The hosts of ``hosts`` whose MIG-capable GPUs the controller does not know (what their decision told, else
+    :func:`mig_layout_known_gpus` of their facts, is None): the ones the rollout's pre-flight decides on or reads."""
     raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
     return [host for host in hosts if _known_gpus_of(raw(host)) is None]
 
@@ -165,9 +166,9 @@ def mig_layout_preflight(checks, hosts, hostvars=None):
 
     ``checks``: each host's result of mig_layout_catalog (or any {'error'}), in the order of ``hosts``. The same
     problem is reported once, with the hosts it concerns ("every host" when all of them). With ``hostvars``, a
-    valid check made while its host's GPUs were unknown is completed from the GPUs read since (the pre-flight's read of
-    the host's summary; :func:`mig_layout_known_gpus`): one pass on the controller instead of a second catalog check per
-    host.
+    valid check made while its host's GPUs were unknown is completed from the GPUs told since (the pre-flight's first
+    decision on the host, else its read of the host's summary; :func:`_known_gpus_of`): one pass on the controller
+    instead of a second catalog check per host.
     """
     if hostvars is not None:
         checks = [_read_since(check, host, hostvars) for host, check in zip(hosts, checks)]
@@ -185,7 +186,7 @@ def mig_layout_preflight(checks, hosts, hostvars=None):
         who = 'every host of the play' if len(concerned) == len(hosts) and len(hosts) > 1 else ', '.join(concerned)
         parts.append('%s [%s]' % (error, who))
     # A layout that matches no GPU anywhere would be declared on every host and apply nowhere; only when every
-    # host's GPUs are known (its last decision, a cached fact, or the pre-flight's read of its summary) is that sure.
+    # host's GPUs are known (its decision, a cached fact, or the pre-flight's read of its summary) is that sure.
     checks = [check or {} for check in checks]
     if not parts and hosts and all(check.get('matches') is False for check in checks):
         names = sorted(set(str(check.get('name')) for check in checks if check.get('name')))
@@ -198,7 +199,8 @@ def mig_layout_preflight(checks, hosts, hostvars=None):
 
 
 def _read_since(check, host, hostvars):
-    """``check`` completed with the GPUs read since it was made (the pre-flight's read), where it lacked them."""
+    """``check`` completed with the GPUs told since it was made (the pre-flight's decision or read), where it lacked
+    them."""
     if not check or check.get('matches') is not None or not check.get('configs'):
         return check
     # raw_get: the facts as the module returned them, not templated again (ansible/vars/hostvars.py).
@@ -250,27 +252,37 @@ def mig_layout_rollout_serial(serial, check_mode=False):
     return play_serial(serial, check_mode)
 
 
-def mig_layout_rollout_progress(batch_hosts, hosts, settings, failed, check_mode=False):
-    """batch k of n, hosts done, failed, failure budget left (a dict with the one ``line``)."""
-    return progress(list(hosts), list(batch_hosts), settings, list(failed), check_mode)
+def mig_layout_rollout_progress(batch_hosts, hosts, settings, failed, check_mode=False, fleet_size=None):
+    """batch k of n, hosts done, failed, failure budget left (a dict with the one ``line``); the budget is a percentage
+    of ``fleet_size`` hosts (by default those of ``hosts``)."""
+    return progress(list(hosts), list(batch_hosts), settings, list(failed), check_mode, fleet_size)
 
 
-def mig_layout_rollout_unfinished(hosts, hostvars, settings, change):
-    """{host: reason} of the hosts the rollout fails: changes that failed, hosts lost, hosts it stopped before."""
+def mig_layout_to_change(hosts, hostvars):
+    """The hosts of ``hosts`` (in order) whose first decision (``mig_layout__decision``) did not find them in the layout:
+    the rollout play's hosts (_rollout_plan.hosts_to_change)."""
+    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
+    return hosts_to_change(list(hosts), dict((host, raw(host).get('mig_layout__decision')) for host in hosts))
+
+
+def _done_first(hosts, to_change):
+    """The hosts of ``hosts`` outside ``to_change`` (the rollout play's hosts; None: the play took every host)."""
+    return set() if to_change is None else set(hosts) - set(to_change)
+
+
+def mig_layout_rollout_unfinished(hosts, hostvars, settings, change, to_change=None):
+    """{host: reason} of the hosts the rollout fails: changes that failed, hosts lost, hosts it stopped before. With
+    ``to_change`` (the rollout play's hosts), a host outside it was done before the batches (in its layout)."""
+    done_first = _done_first(hosts, to_change)
     started = []
     errors = {}
     for host in hosts:
         facts = hostvars[host]
-        if facts.get('mig_layout_rollout_started'):
+        if facts.get('mig_layout_rollout_started') or host in done_first:
             started.append(host)
         if facts.get('mig_layout_rollout_error'):
             errors[host] = str(facts.get('mig_layout_rollout_error'))
     return unfinished(list(hosts), started, errors, settings, change)
-
-
-def mig_layout_settled(decision):
-    """True when a host's first decision of the rollout found it in the layout: the role is not entered there."""
-    return settled(decision)
 
 
 def mig_layout_instances(instances):
@@ -278,8 +290,10 @@ def mig_layout_instances(instances):
     return instances_text(instances)
 
 
-def mig_layout_fleet_plan(hosts, hostvars, layout, check_mode=False):
-    """The fleet plan of the rollout from each host's decision and outcome (the facts the rollout and the role leave)."""
+def mig_layout_fleet_plan(hosts, hostvars, layout, check_mode=False, to_change=None):
+    """The fleet plan of the rollout from each host's decision and outcome (the facts the rollout and the role leave).
+    With ``to_change`` (the rollout play's hosts), a host outside it was reached by its first decision."""
+    done_first = _done_first(hosts, to_change)
     records = []
     for host in hosts:
         facts = hostvars[host]
@@ -287,7 +301,7 @@ def mig_layout_fleet_plan(hosts, hostvars, layout, check_mode=False):
         error = facts.get('mig_layout__failure_reason') or facts.get('mig_layout_rollout_error')
         records.append({
             'host': host,
-            'started': bool(facts.get('mig_layout_rollout_started')),
+            'started': bool(facts.get('mig_layout_rollout_started')) or host in done_first,
             'decision': decision if isinstance(decision, dict) and not decision.get('failed') else None,
             'error': ' '.join(str(error).split()).rstrip('.') if error else None,
             'kubernetes_node': facts.get('mig_layout_k8s_node') or None,
@@ -324,7 +338,7 @@ class FilterModule(object):
             'mig_layout_rollout_unfinished': mig_layout_rollout_unfinished,
             'mig_layout_fleet_plan': mig_layout_fleet_plan,
             'mig_layout_instances': mig_layout_instances,
-            'mig_layout_settled': mig_layout_settled,
+            'mig_layout_to_change': mig_layout_to_change,
             'mig_layout_host_gpus': mig_layout_host_gpus,
             'mig_layout_host_gpus_changed': mig_layout_host_gpus_changed,
             'mig_layout_gpus_unknown': mig_layout_gpus_unknown,

@@ -318,7 +318,9 @@ actions:
   type: list
   elements: dict
 unmatched_gpus:
-  description: MIG-capable GPUs no entry matches, left as they are, with the reason.
+  description:
+    - MIG-capable GPUs no entry matches, left as they are, with the reason.
+    - Also returned by the refusal of a host where the layout matches none of its MIG-capable GPUs.
   returned: always
   type: list
   elements: dict
@@ -421,6 +423,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record imp
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, deferred_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import NothingMatchedError
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
@@ -627,7 +630,9 @@ def main_body(module):
                                  gpus_changed=any(state['status'] in ('applied', 'failed') for state in exc.gpus))
             if not gpus_reached and isinstance(exc, GpufleetError):
                 # Refused before any NVML change (a busy instance, a pod in the way): the host is exactly as it was.
-                module.fail_json(msg=str(exc), clients_stopped=clients, gpus_changed=False)
+                # A layout that matches none of its GPUs names them (the rollout's pre-flight checks the fleet with them).
+                told = {'unmatched_gpus': exc.unmatched_gpus} if isinstance(exc, NothingMatchedError) else {}
+                module.fail_json(msg=str(exc), clients_stopped=clients, gpus_changed=False, **told)
             raise
         deferred = deferred_gpus(done)
         if done and not deferred:

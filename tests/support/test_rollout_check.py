@@ -24,6 +24,8 @@ INVENTORY = os.path.join('inventories', 'simulated')
 HOSTS = ('sim-a100-01', 'sim-a30-01', 'sim-b200-01', 'sim-h100-01', 'sim-h200-01', 'sim-rtxpro-01')
 DECISION_TASK = 'Plan the layout on the host without changing a GPU'
 FIRST_DECISION_TASK = 'Decide whether the host differs from the layout (a host that is not a Kubernetes node)'
+FIRST_DECISION_PLAY = 'Pre-flight - decide first on each host that is not a Kubernetes node'
+PREFLIGHT_READ = 'Read the GPUs of the hosts whose GPUs the controller does not know yet (no fact cache)'
 PLAN_TASK = 'Tell the fleet plan (per host and GPU, refused hosts, totals)'
 PROGRESS_TASK = 'Tell the progress of the rollout'
 # The GPU instance id is NVML's to choose (only its range per size holds): compared as N.
@@ -137,23 +139,30 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
 
 
 def test_a_no_op_rollout_is_the_first_decision_alone(daytime_fleet):
-    """The fleet already in daytime: each host's first decision finds it in its layout and the role is not entered
-    (its decision, its argument check, no task of it runs); the plan, the progress and the totals are those of a
-    no-op. Where that decision does not settle the host (nighttime in check mode, above), the role decides again."""
+    """The fleet already in daytime: each host's first decision, made in the pre-flight on every host at once (one
+    batch of 6, though mig_layout_serial is 2), finds it in its layout, so the rollout play takes no host and the role
+    is not entered (its decision, its argument check); the plan and the totals are those of a no-op. Where that decision
+    does not settle the host (nighttime in check mode, above), the role decides again."""
     before = host_files(daytime_fleet)
     run = fleet_run(daytime_fleet, mig_layout_name='daytime', mig_layout_serial=2)
     assert run.rc == 0 and run.changed == [] and run.failed == [], run.describe()
     first = run.task_results(FIRST_DECISION_TASK)
     assert sorted(first) == sorted(HOSTS) and all(result['in_layout'] for result in first.values()), run.describe()
     assert run.task_results(DECISION_TASK) == {}
-    role_tasks = set(data.get('task') for data in (e.get('event_data') or {} for e in run.events)
-                     if data.get('play') == 'Roll out the MIG layout' and data.get('role') and data.get('host'))
-    assert role_tasks == {FIRST_DECISION_TASK}, role_tasks
+    # Past the first play's catalog check, the one task of the role any host ran is the first decision.
+    role_tasks = dict((data.get('task'), data.get('play')) for data in (e.get('event_data') or {} for e in run.events)
+                      if data.get('role') and data.get('host') and not data.get('play', '').startswith('Pre-flight - check'))
+    assert role_tasks == {FIRST_DECISION_TASK: FIRST_DECISION_PLAY}, role_tasks
+    assert run.task_results(PREFLIGHT_READ) == {}, 'no host to read: every decision told its GPUs'
+    # Every first decision in one batch: the task starts once (three times at serial 2 if it were in the batches).
+    assert len([e for e in run.events if e.get('event') == 'playbook_on_task_start'
+                and e['event_data'].get('task') == FIRST_DECISION_TASK]) == 1
     assert [without_ids(line) for line in list(run.task_results(PLAN_TASK).values())[0]['msg']][-1] == (
         'layout daytime: 6 of 6 host(s) evaluated, 0 to change, 6 in layout, 0 refused, 0 not reached; '
         '0 GPU(s) to change, 0 instance(s) destroyed, 0 created, 0 pod(s) to evict')
     assert stats_data(run)['mig_layout_rollout']['totals']['hosts_in_layout'] == 6
-    assert progress_lines(run)[-1].startswith('batch 3 of 3: 6 of 6 host(s) done, 0 failed')
+    # No host left to change: the rollout play takes none, so it has no batch and no progress line.
+    assert progress_lines(run) == [] and run.task_results('Mark the hosts of the batch as reached by the rollout') == {}
     # The decision rewrites a file only where its content differs: the metrics (and the stranded-capacity counter
     # behind them) move, the GPUs, the declared layouts and the boot files do not.
     after = host_files(daytime_fleet)
@@ -170,7 +179,9 @@ def test_the_failure_budget_counts_the_failed_hosts_of_every_batch_so_far(ansibl
         run = fleet_run(daytime_fleet, mig_layout_name='nighttime', mig_layout_serial=1, mig_layout_max_fail_percentage=20)
     finally:
         make_busy(daytime_fleet, 'sim-a30-01', 0, 1, [])
-    assert sorted(run.task_results(FIRST_DECISION_TASK)) == ['sim-a100-01', 'sim-a30-01'], run.describe()
+    # The pre-flight decides first on every host (changing none); the role decides again on the hosts it reached only.
+    assert sorted(run.task_results(FIRST_DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert sorted(run.task_results(DECISION_TASK)) == ['sim-a100-01', 'sim-a30-01'], run.describe()
     assert run.changed == [] and sorted(run.failed) == sorted(HOSTS), run.describe()
     assert [line.split(';')[0] for line in progress_lines(run)] == [
         'batch 1 of 6: 1 of 6 host(s) done, 1 failed (sim-a100-01)',
@@ -287,13 +298,11 @@ def cached_facts(path):
     return json.loads(stored['__payload__']) if isinstance(stored.get('__payload__'), str) else stored
 
 
-PREFLIGHT_READ = 'Read the GPUs of the hosts whose GPUs the controller does not know yet (no fact cache)'
-
-
 def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_fleet, tmp_path):
-    """Without a fact cache the pre-flight reads each host's GPUs (nvidia_mig_facts' summary, read-only) and refuses a
-    layout that would be declared everywhere and apply nowhere; with one, the GPUs each host's last decision reported
-    are a cached fact and nothing is read."""
+    """Without a fact cache the pre-flight's first decisions tell each host's GPUs (a decision refuses a layout that
+    matches none of its host's GPUs, naming them) and the fleet check refuses a layout that would be declared everywhere
+    and apply nowhere; the GPUs of Kubernetes nodes (no first decision there) are read with nvidia_mig_facts' summary.
+    With a fact cache, the GPUs each host's last decision told are a cached fact and nothing runs on a host at all."""
     cache = str(tmp_path / 'facts')
     nowhere = json.dumps({'mig_layout_name': 'n', 'mig_layout_configs': {'n': [
         {'devices': 'all', 'device-filter': '0x12345678', 'mig-enabled': True, 'mig-devices': {'1g': 1}}]}})
@@ -301,13 +310,20 @@ def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_flee
         {'devices': 'all', 'device-filter': '0x20B710DE', 'mig-enabled': True, 'mig-devices': {'2g': 2}}]}})
     before = host_files(daytime_fleet)
     message = 'Nothing was changed: layout n (device-filters: entry 0 0x12345678) matches no GPU of any host of the play'
-    # No cache: the pre-flight reads the GPUs, then refuses; no host reaches the rollout, even in a dry run.
+    # No cache: the first decisions tell the GPUs, then the refusal; no host reaches the rollout, even in a dry run.
     uncached = ansible_playbook(daytime_fleet, str(tmp_path / 'no-cache'), '--check', '-e', nowhere)
     assert uncached.returncode == 2 and message in uncached.stdout, uncached.stdout[-3000:]
-    assert PREFLIGHT_READ in uncached.stdout and 'PLAY [Roll out the MIG layout]' not in uncached.stdout
+    assert FIRST_DECISION_TASK in uncached.stdout and PREFLIGHT_READ not in uncached.stdout, uncached.stdout[-3000:]
+    assert 'PLAY [Roll out the MIG layout]' not in uncached.stdout
     assert 'NVIDIA H200 0x233510DE' in uncached.stdout, uncached.stdout[-3000:]
+    # Every host a Kubernetes node: no first decision, the summary read tells the GPUs, the same refusal.
+    nodes = ansible_playbook(daytime_fleet, str(tmp_path / 'no-cache-nodes'), '--check', '-e', nowhere,
+                             '-e', json.dumps({'mig_layout_k8s_node': '{{ inventory_hostname }}'}))
+    assert nodes.returncode == 2 and message in nodes.stdout, nodes.stdout[-3000:]
+    assert PREFLIGHT_READ in nodes.stdout and 'NVIDIA H200 0x233510DE' in nodes.stdout, nodes.stdout[-3000:]
+    assert 'PLAY [Roll out the MIG layout]' not in nodes.stdout
     # A layout that matches one host's GPUs (the A30s) goes on; each other host is refused by its own decision, in
-    # one line naming its GPUs. The facts read (and the decisions' GPUs) stay in the cache.
+    # one line naming its GPUs. The GPUs the decisions told, the refused hosts' included, stay in the cache.
     matching = ansible_playbook(daytime_fleet, cache, '--check', '-e', a30_only, '-e', 'mig_layout_serial=100%')
     assert 'PLAY [Roll out the MIG layout]' in matching.stdout and matching.returncode == 2, matching.stdout[-3000:]
     assert 'plan of layout n: 6 of 6 host(s) evaluated, 1 to change, 0 in layout, 5 refused' in matching.stdout, matching.stdout[-3000:]
@@ -316,16 +332,17 @@ def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_flee
     # One file per host (ansible-core 2.19 prefixes the names with the cache's schema, s1_).
     files = dict((name.split('_', 1)[-1], name) for name in os.listdir(cache))
     assert sorted(files) == sorted(HOSTS)
-    # The read kept the host's summary, not its facts: the cache hands a host's facts to each later variable lookup.
+    # The cache keeps the GPUs the refusal named, not the host's facts: the cache hands a host's facts to each later
+    # variable lookup of it.
     refused_host = cached_facts(os.path.join(cache, files['sim-h200-01']))
-    assert '0x233510DE' in json.dumps(refused_host['nvidia_mig_summary']) and 'mig_layout_host_gpus' not in refused_host
-    assert 'nvidia_mig' not in refused_host, sorted(refused_host)
+    assert '0x233510DE' in json.dumps(refused_host['mig_layout_host_gpus']), sorted(refused_host)
+    assert 'nvidia_mig' not in refused_host and 'nvidia_mig_summary' not in refused_host, sorted(refused_host)
     # The rollout kept the GPUs its decision told on the host it matched (its next pre-flight needs no read there).
     assert '0x20B710DE' in json.dumps(cached_facts(os.path.join(cache, files['sim-a30-01']))['mig_layout_host_gpus'])
-    # With the cache: refused by the first check, before the read is even scheduled.
+    # With the cache: refused by the first check, before any module runs on a host.
     refused = ansible_playbook(daytime_fleet, cache, '-e', nowhere)
     assert refused.returncode == 2 and message in refused.stdout, refused.stdout[-3000:]
-    assert PREFLIGHT_READ not in refused.stdout, refused.stdout[-3000:]
+    assert FIRST_DECISION_TASK not in refused.stdout and PREFLIGHT_READ not in refused.stdout, refused.stdout[-3000:]
     assert 'PLAY [Roll out the MIG layout]' not in refused.stdout
     assert host_files(daytime_fleet) == before
 

@@ -25,7 +25,8 @@ import json
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry, match_gpus, nothing_matched
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import (
+    NothingMatchedError, choose_entry, match_gpus, nothing_matched)
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError, apply_gpus, apply_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_forecast import check_without_mig
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._mig_mode import ModeDecision, change_mode, clearing_plan, disable_mig, mode_name
@@ -248,7 +249,7 @@ def decide(host, request):
     matched = match_gpus(request.entries, host.gpus, request.unmatched, layout=request.name)
     refusal = nothing_matched(matched, request.entries, request.name)
     if refusal:
-        raise LayoutConfigError(refusal)
+        raise NothingMatchedError(refusal, matched['unmatched'])
     by_index = dict((gpu.index, gpu) for gpu in host.gpus)
     holders = allocations_of(host, request.pod_devices, request.pid_pods)
     decisions = [GpuDecision(by_index[match['index']], match, request, holders.of(by_index[match['index']].uuid), host.gpus)

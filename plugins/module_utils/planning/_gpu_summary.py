@@ -26,7 +26,7 @@ __metaclass__ = type
 import datetime
 import json
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import known_gpus
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import decision_gpus, known_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import (
     Catalog,
     GeometryError,
@@ -385,15 +385,20 @@ def summary_gpus(summary, where):
     return gpus
 
 
-def known_host_gpus(kept=None, facts=None, summary=None):
+def known_host_gpus(kept=None, facts=None, summary=None, decision=None):
     """A host's MIG-capable GPUs as the controller knows them (_layout_matching.known_gpus), or None where it does not.
 
+    ``decision``: its registered ``mig_layout__decision`` of this run, where it told them (_layout_matching.decision_gpus:
+    the rollout's pre-flight decides first on each host that is not a Kubernetes node); else
     ``kept``: the fact ``mig_layout_host_gpus`` (its last decision's; playbooks/mig_layout.yml keeps it); else its
     ``nvidia_mig`` facts (``facts``); else its ``nvidia_mig_summary`` (``summary``), which the rollout's pre-flight
     reads instead of the facts: a fact cache hands a host's facts to every later variable lookup of that host, every
     profile and placement of every GPU decoded again each time, where the summary is a few values. A summary that
     cannot be read, or one made before it carried the PCI ids, tells nothing (a device-filter could not be matched).
     """
+    told = decision_gpus(decision)
+    if told is not None:
+        return told
     if kept is not None:
         return kept
     if facts is not None:

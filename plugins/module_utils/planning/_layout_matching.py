@@ -210,6 +210,16 @@ def device_filters_text(entries):
     return ', '.join(parts) or 'no entry'
 
 
+class NothingMatchedError(LayoutConfigError):
+    """The refusal of a host where the layout matches none of its MIG-capable GPUs (:func:`nothing_matched`'s line).
+    ``unmatched_gpus``: those GPUs as :func:`match_gpus` reports them; the module returns them with the refusal, so
+    that the rollout's pre-flight knows the GPUs of a host its first decision refused (the no-GPU-matched check)."""
+
+    def __init__(self, message, unmatched_gpus):
+        super(NothingMatchedError, self).__init__(message)
+        self.unmatched_gpus = unmatched_gpus
+
+
 def nothing_matched(matched, entries, layout):
     """The one line refusing a host where ``layout`` matches none of its MIG-capable GPUs (:func:`match_gpus`'s
     ``matched``), or None. Declared there it would apply nowhere and still replace the host's declared layout, so
@@ -239,6 +249,18 @@ def known_gpus(decision):
         found.append({'index': gpu.get('index'), 'name': gpu.get('name'), 'pci_device_id': gpu.get('pci_device_id'),
                       'pci_subsystem_id': gpu.get('pci_subsystem_id'), 'memory_slices': None})
     return sorted(found, key=lambda gpu: gpu['index'])
+
+
+def decision_gpus(decision):
+    """:func:`known_gpus` of a registered nvidia_mig_layout result, or None where it told no GPUs: a decision that
+    succeeded tells them, and so does the refusal of a host where the layout matches none of its MIG-capable GPUs
+    (:class:`NothingMatchedError`, whose result carries ``unmatched_gpus``); a skipped or unreachable result, or one
+    that failed for another reason, tells nothing."""
+    if not isinstance(decision, dict) or decision.get('skipped') or decision.get('unreachable'):
+        return None
+    if decision.get('failed') and 'unmatched_gpus' not in decision:
+        return None
+    return known_gpus(decision)
 
 
 def may_match_any(entries, gpus):

@@ -13,7 +13,8 @@ Pure Python: no NVML, no Ansible imports.
 - :func:`play_serial`: the rollout play's ``serial``: the change batches, or every host at once in check mode.
 - :func:`batch_sizes`, :func:`progress`: batch k of n, hosts done, failed, failure budget left.
 - :func:`unfinished`: the hosts the run fails, each with its reason.
-- :func:`settled`: whether a host's first decision leaves the rollout nothing more to do there.
+- :func:`settled`: whether a host's first decision leaves the rollout nothing more to do there;
+  :func:`hosts_to_change`: the hosts it leaves to the rollout's batches.
 - :func:`fleet_plan`: one plan of the whole fleet from the hosts' decisions (nvidia_mig_layout
   with ``apply: false``): per host and GPU before -> after, instances destroyed, pods to evict,
   hosts refused and why, totals.
@@ -130,13 +131,14 @@ def allowed_failures(budget, host_count):
     return int(math.floor(float(budget) * host_count / 100.0 + 1e-9))
 
 
-def real_run_stop(hosts, settings, failed):
+def real_run_stop(hosts, settings, failed, fleet_size=None):
     """After a dry run: the batch (1-based) after which a real run of the same hosts would stop, or None.
 
     The real run's batches are those of ``settings['serial']``; it stops before a batch once the hosts that failed
-    so far exceed the budget, so the first batch whose end leaves more failures than allowed, with hosts after it.
+    so far exceed the budget (a percentage of ``fleet_size`` hosts, by default those of ``hosts``), so the first batch
+    whose end leaves more failures than allowed, with hosts after it.
     """
-    allowed = allowed_failures(settings['max_fail_percentage'], len(hosts))
+    allowed = allowed_failures(settings['max_fail_percentage'], len(hosts) if fleet_size is None else fleet_size)
     failing = set(failed)
     end = 0
     for number, size in enumerate(batch_sizes(settings['serial'], len(hosts)), 1):
@@ -146,12 +148,14 @@ def real_run_stop(hosts, settings, failed):
     return None
 
 
-def progress(hosts, batch_hosts, settings, failed, check_mode=False):
+def progress(hosts, batch_hosts, settings, failed, check_mode=False, fleet_size=None):
     """One line and its figures after a batch: batch k of n, hosts done, failed, failure budget left.
 
-    ``hosts``: the play's hosts in order; ``batch_hosts``: those of the batch that just ran;
-    ``failed``: the hosts failed or unreachable so far. In check mode every host is in the one batch
-    (:func:`play_serial`) and the budget stops nothing: a spent budget says where a real run would stop.
+    ``hosts``: the play's hosts in order (the hosts the rollout changes); ``batch_hosts``: those of the batch that just
+    ran; ``failed``: the hosts failed or unreachable so far; ``fleet_size``: the number of hosts the failure budget is a
+    percentage of (all the rollout's hosts, those its first decision found in the layout included; by default those of
+    ``hosts``). In check mode every host is in the one batch (:func:`play_serial`) and the budget stops nothing: a spent
+    budget says where a real run would stop.
     """
     sizes = batch_sizes(play_serial(settings['serial'], check_mode), len(hosts))
     done = hosts.index(batch_hosts[0]) + len(batch_hosts) if batch_hosts else 0
@@ -160,11 +164,11 @@ def progress(hosts, batch_hosts, settings, failed, check_mode=False):
     while batch < len(sizes) and reached < done:
         reached += sizes[batch]
         batch += 1
-    allowed = allowed_failures(settings['max_fail_percentage'], len(hosts))
+    allowed = allowed_failures(settings['max_fail_percentage'], len(hosts) if fleet_size is None else fleet_size)
     left = allowed - len(failed)
     figures = {'batch': batch, 'batches': len(sizes), 'hosts': len(hosts), 'done': done, 'failed': len(failed),
                'budget_left': max(left, 0), 'over_budget': left < 0}
-    stop = real_run_stop(hosts, settings, failed) if check_mode and left < 0 else None
+    stop = real_run_stop(hosts, settings, failed, fleet_size) if check_mode and left < 0 else None
     line = 'batch %d of %d: %d of %d host(s) done, %d failed%s; failure budget %s' % (
         batch, len(sizes), done, len(hosts), len(failed), ' (%s)' % ', '.join(sorted(failed)) if failed else '',
         'spent (check mode: a real run with mig_layout_serial=%s would stop after batch %d of %d)' % (
@@ -173,6 +177,12 @@ def progress(hosts, batch_hosts, settings, failed, check_mode=False):
         else 'left: %d more host(s) may fail (mig_layout_max_fail_percentage=%s)' % (left, settings['max_fail_percentage']))
     figures['line'] = line
     return figures
+
+
+def hosts_to_change(hosts, decisions):
+    """The hosts of ``hosts`` (in order) the rollout play takes: those whose first decision (``decisions``: {host:
+    registered result}) did not settle (:func:`settled`); a host found in its layout is done before the batches."""
+    return [host for host in hosts if not settled(decisions.get(host))]
 
 
 def settled(decision):
@@ -184,11 +194,12 @@ def settled(decision):
 
 
 def unfinished(hosts, started, errors, settings, change):
-    """{host: why it fails the run} for each host of ``hosts`` (the play's, in order) whose change failed, that
+    """{host: why it fails the run} for each host of ``hosts`` (the rollout's, in order) whose change failed, that
     could not be reached, or that the rollout stopped before; empty when every host got through.
 
-    ``started``: the hosts the rollout reached; ``errors``: {host: reason} of those that failed; ``change``: what
-    the rollout applies, such as ``MIG layout nighttime`` or ``the MIG repack``.
+    ``started``: the hosts the rollout reached (a host its first decision found in the layout included: it was done
+    before the batches); ``errors``: {host: reason} of those that failed; ``change``: what the rollout applies, such
+    as ``MIG layout nighttime`` or ``the MIG repack``.
     """
     failed = [host for host in hosts if host in errors]
     reasons = '; '.join('%s: %s' % (host, errors[host].rstrip('.')) for host in failed)

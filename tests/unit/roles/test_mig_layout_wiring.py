@@ -114,35 +114,74 @@ PLAYBOOK = os.path.join(ROLE, '..', '..', 'playbooks', 'mig_layout.yml')
 
 def _rollout_apply_block():
     """The rollout play's "Apply the layout" block of playbooks/mig_layout.yml."""
-    with open(PLAYBOOK) as handle:
-        plays = yaml.safe_load(handle)
-    found = [task for play in plays for task in play.get('tasks', []) if task.get('name') == 'Apply the layout']
+    found = [task for play in _plays() for task in play.get('tasks', []) if task.get('name') == 'Apply the layout']
     assert len(found) == 1
     return found[0]
 
 
+def _plays():
+    with open(PLAYBOOK) as handle:
+        return yaml.safe_load(handle)
+
+
 def _read_after_the_import(file_name):
-    """The tasks of playbooks/mig_layout.yml's block after its import of ``file_name`` (none where it imports none)."""
-    block = _rollout_apply_block()['block']
-    imports = [position for position, task in enumerate(block)
-               if (task.get('ansible.builtin.import_role') or {}).get('tasks_from') == file_name]
-    return block[imports[0] + 1:] if imports else []
+    """The tasks of playbooks/mig_layout.yml's plays after the play that imports ``file_name`` (none where none does)."""
+    plays = _plays()
+    imports = [position for position, play in enumerate(plays) if any(
+        (task.get('ansible.builtin.import_role') or {}).get('tasks_from') == file_name for task in play.get('tasks', []))]
+    return [task for play in plays[imports[0] + 1:] for task in play.get('tasks', [])] if imports else []
 
 
 def test_the_rollout_enters_the_role_wherever_its_first_decision_did_not_settle_the_host():
-    """A no-op rollout is one decision per host: the role is skipped only where that decision found the host in its
-    layout (gpufleet.mig.mig_layout_settled, tested in test_rollout_plan.py). The first decision is the role's own,
-    with the role's module options, on hosts that are not Kubernetes nodes only, its failure left to the role."""
+    """A no-op rollout is one decision per host: the rollout play takes only the hosts that decision did not find in
+    their layout (gpufleet.mig.mig_layout_to_change, tested in test_rollout_plan.py), every host in a repack, and enters
+    the role on each. The first decision is the role's own, with the role's module options, on hosts that are not
+    Kubernetes nodes only, its failure left to the role; the pre-flight makes it on every host of a layout rollout at
+    once (no serial), none in a repack."""
     block = _rollout_apply_block()
     assert block['ignore_unreachable'] is True
-    first, role = block['block']
-    assert first['ansible.builtin.import_role'] == {'name': 'gpufleet.mig.mig_layout', 'tasks_from': 'rollout_decide.yml'}
-    assert first['when'] == "mig_layout_tasks | default('main') == 'main'"
+    role, = block['block']
     assert role['ansible.builtin.include_role'] == {
         'name': 'gpufleet.mig.mig_layout', 'tasks_from': "{{ mig_layout_tasks | default('main') }}"}
-    assert role['when'] == 'not (mig_layout__decision | default(none) | gpufleet.mig.mig_layout_settled)'
+    assert 'when' not in role
+    plays = _plays()
+    rollout_play, = [play for play in plays if play.get('name') == 'Roll out the MIG layout']
+    assert rollout_play['hosts'] == "{{ hostvars['localhost'].mig_layout__to_change | default([]) }}"
+    # Every host of the rollout until the first decisions narrow it: a repack, which makes none, keeps them all.
+    first_play = plays[0]
+    named, = [task for task in first_play['tasks'] if 'mig_layout__to_change' in task.get('ansible.builtin.set_fact', {})]
+    assert named['ansible.builtin.set_fact']['mig_layout__to_change'] == '{{ ansible_play_hosts_all }}'
+    assert named['delegate_to'] == 'localhost' and named['delegate_facts'] is True and named['run_once'] is True
+    # The failure budget stays a percentage of every host of the rollout, not of the hosts its play takes.
+    assert named['ansible.builtin.set_fact']['mig_layout__fleet_size'] == '{{ ansible_play_hosts_all | length }}'
+    budget = rollout_play['vars']
+    assert budget['mig_layout_rollout_fleet_size'] == "{{ hostvars['localhost'].mig_layout__fleet_size | int }}"
+    assert _squash(budget['mig_layout_rollout_over_budget']).endswith('* (mig_layout_rollout_fleet_size | int) }}')
+    assert _squash(budget['mig_layout_rollout_progress']).endswith('ansible_check_mode, mig_layout_rollout_fleet_size | int) }}')
+    # The report counts the hosts outside the rollout play as reached by their first decision.
+    report, = [play for play in plays if play.get('name', '').startswith('Report the fleet plan')]
+    reading = [_squash(str(task['ansible.builtin.set_fact'])) for task in report['tasks'] if 'ansible.builtin.set_fact' in task]
+    assert len([text for text in reading if "hostvars['localhost'].mig_layout__to_change) }}" in text]) == 2, reading
+    deciding = [play for play in plays if any(
+        (task.get('ansible.builtin.import_role') or {}).get('tasks_from') == 'rollout_decide.yml' for task in play.get('tasks', []))]
+    assert len(deciding) == 1
+    play, = deciding
+    first, narrowed = play['tasks']
+    assert first['ansible.builtin.import_role'] == {'name': 'gpufleet.mig.mig_layout', 'tasks_from': 'rollout_decide.yml'}
+    assert narrowed['ansible.builtin.set_fact'] == {
+        'mig_layout__to_change': '{{ ansible_play_hosts_all | gpufleet.mig.mig_layout_to_change(hostvars) }}'}
+    assert narrowed['delegate_to'] == 'localhost' and narrowed['delegate_facts'] is True and narrowed['run_once'] is True
+    assert first['ignore_unreachable'] is True and 'when' not in first
+    assert play['hosts'] == "{{ mig_layout_hosts | default('gpu_hosts') if mig_layout_tasks | default('main') == 'main' else [] }}"
+    assert 'serial' not in play
+    # Before the fleet lease and the rollout; after the first play's checks, which stop the run on any problem.
+    names = [play.get('name') or play.get('ansible.builtin.import_playbook') for play in plays]
+    rollout = names.index('Roll out the MIG layout')
+    assert names.index(play['name']) < names.index('Take the fleet lease') < rollout
+    assert plays[0]['any_errors_fatal'] is True and names.index(play['name']) > 0
     decide, = _load('tasks', 'rollout_decide.yml')
-    assert decide['gpufleet.mig.nvidia_mig_layout'] == {'apply': False}
+    # No wait for the host lock before the batches: a busy host goes through the role, which waits as configured.
+    assert decide['gpufleet.mig.nvidia_mig_layout'] == {'apply': False, 'lock_timeout': 0}
     assert decide['module_defaults'] == {'gpufleet.mig.nvidia_mig_layout': '{{ mig_layout__module_defaults }}'}
     assert decide['environment'] == _task('decide.yml', 'Plan the layout on the host without changing a GPU')['environment']
     assert decide['register'] == 'mig_layout__decision'

@@ -136,6 +136,11 @@ def test_a_summary_tells_the_gpus_of_the_facts_it_was_made_from():
     assert known_host_gpus(None, None, dict(summary, map='[{')) is None
     assert known_host_gpus(None, None, 'not a summary') is None
     assert known_host_gpus() is None
+    # This run's decision comes before all of them where it told the GPUs (the rollout's pre-flight decides first).
+    decided = {'gpus': [dict(gpu, mig_capable=True) for gpu in kept], 'unmatched_gpus': []}
+    assert known_host_gpus(None, facts, summary, decided) == known_gpus(decided) != known_gpus(facts)
+    assert known_host_gpus(kept, facts, summary, {'skipped': True}) == kept
+    assert known_host_gpus(None, facts, summary, {'failed': True, 'msg': 'NVML'}) == known_gpus(facts)
 
 
 def test_the_report_lines_and_totals():

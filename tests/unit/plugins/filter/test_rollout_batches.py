@@ -21,7 +21,8 @@ COLLECTIONS_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(COLLECTION)))
 HOSTS = 12
 
 # What ansible-playbook [--check] -e EXTRA_VARS does before the rollout play runs, up to its batches
-# (ansible/executor/playbook_executor.py: post_validate with the play's variables, then _get_serialized_batches).
+# (ansible/executor/playbook_executor.py: post_validate with the play's variables, then _get_serialized_batches), with
+# every host left to change by the pre-flight's first decisions (mig_layout__to_change).
 # In a process of its own: the collection loader resolves gpufleet.mig's role and filters only when it, not a plain
 # sys.path entry, imports ansible_collections.
 _BATCHES = r'''
@@ -44,6 +45,10 @@ inventory.add_group('gpu_hosts')
 for host in hosts:
     inventory.add_host(host, group='gpu_hosts')
 variables = VariableManager(loader=loader, inventory=inventory)
+# As the pre-flight plays leave the controller: hostvars (made by the first play's run), every host to change.
+from ansible.vars.hostvars import HostVars
+HostVars(inventory=inventory, variable_manager=variables, loader=loader)
+variables.set_host_facts('localhost', {'mig_layout__to_change': hosts, 'mig_layout__fleet_size': len(hosts)})
 plays = Playbook.load(sys.argv[2] + '/ansible_collections/gpufleet/mig/playbooks/mig_layout.yml', variable_manager=variables,
                       loader=loader).get_plays()
 rollout = [play for play in plays if play.name == sys.argv[4]][0]

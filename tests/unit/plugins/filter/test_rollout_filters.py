@@ -185,7 +185,15 @@ def test_host_gpus_from_a_decision():
         {'index': 1, 'name': None, 'pci_device_id': '0x20B210DE', 'pci_subsystem_id': None, 'memory_slices': 8},
         {'index': 2, 'name': None, 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': None, 'memory_slices': None},
     ]
-    assert FILTERS['mig_layout_host_gpus'](None) == []
+    # A refusal of a layout that matches none of its GPUs names them (the pre-flight's fleet check needs them);
+    # nothing else that is not a decision tells any GPU, not even "none".
+    refusal = {'failed': True, 'msg': 'layout n matches none of the MIG-capable GPUs of this host (...)',
+               'unmatched_gpus': A100_DECISION['unmatched_gpus']}
+    assert FILTERS['mig_layout_host_gpus'](refusal) == [
+        {'index': 2, 'name': None, 'pci_device_id': '0x20B710DE', 'pci_subsystem_id': None, 'memory_slices': None}]
+    for told_nothing in (None, {'skipped': True, 'changed': False}, {'unreachable': True, 'msg': 'gone'},
+                         {'failed': True, 'msg': 'NVML: driver not loaded'}, 'a text'):
+        assert FILTERS['mig_layout_host_gpus'](told_nothing) is None, told_nothing
 
 
 def test_host_gpus_from_the_nvidia_mig_facts_leave_out_gpus_without_mig():
@@ -275,6 +283,22 @@ def test_preflight_completes_the_checks_made_before_the_gpus_were_read():
     old = {'map': json.dumps([dict((k, v) for k, v in gpu.items() if k != 'pci_device_id') for gpu in a100_facts['gpus']])}
     older = RawHostvars(a={'nvidia_mig_summary': old}, b={'nvidia_mig_summary': old})
     assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], older) == ''
+    # The pre-flight's first decisions tell the GPUs first, a refusal of the host included (its unmatched_gpus); what the
+    # host keeps from an earlier run does not outweigh them.
+    h200s = ('Nothing was changed: layout n (device-filters: entry 0 0xDEADBEEF) matches no GPU of any host of the play '
+             '(their MIG-capable GPUs: NVIDIA H200 0x233510DE): it would be declared everywhere and applied nowhere; '
+             'check its device-filter, devices and gpufleet-memory-slices')
+    stale = FILTERS['mig_layout_host_gpus'](A100_DECISION)
+    decided = RawHostvars(a={'mig_layout__decision': REFUSAL, 'mig_layout_host_gpus': stale}, b={'mig_layout__decision': REFUSAL})
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], decided) == h200s
+    # A decision that told nothing (skipped on a Kubernetes node, failed otherwise) leaves the other sources.
+    skipped = RawHostvars(a={'mig_layout__decision': {'skipped': True}, 'nvidia_mig_summary': summary},
+                          b={'mig_layout__decision': {'failed': True, 'msg': 'x'}, 'nvidia_mig': a100_facts})
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], skipped) == refusal
+    # Matched GPUs of a decision that succeeded make the layout match: no refusal.
+    matched = RawHostvars(a={'mig_layout__decision': REFUSAL}, b={'mig_layout__decision': {'gpus': [
+        {'index': 0, 'name': 'NVIDIA A100', 'pci_device_id': '0xDEADBEEF'}], 'unmatched_gpus': []}})
+    assert FILTERS['mig_layout_preflight']([unknown, unknown], ['a', 'b'], matched) == ''
 
 
 def test_a_catalog_file_the_lookup_could_not_read_is_one_line_told_once_for_every_host():
@@ -288,21 +312,29 @@ def test_a_catalog_file_the_lookup_could_not_read_is_one_line_told_once_for_ever
         'Nothing was changed: %s [every host of the play]' % checked['error'])
 
 
+REFUSAL = {'failed': True, 'msg': 'layout n matches none of the MIG-capable GPUs of this host (...)', 'gpus_changed': False,
+           'unmatched_gpus': [{'index': 0, 'name': 'NVIDIA H200', 'pci_device_id': '0x233510DE', 'reason': 'matched by no entry'}]}
+
+
 def test_the_rollout_keeps_the_gpus_only_of_the_hosts_whose_decision_told_new_ones():
-    """playbooks/mig_layout.yml sets mig_layout_host_gpus on these hosts only: a decision that succeeded and reported
-    other GPUs than the host keeps; a failed or unreachable decision, or none (a host not reached), keeps the old."""
+    """playbooks/mig_layout.yml sets mig_layout_host_gpus on these hosts only: a decision that succeeded, or refused a
+    layout that matches none of the host's GPUs, and told other GPUs than the host keeps; a decision that failed
+    otherwise, one that could not reach its host or was skipped (a Kubernetes node), or none, keeps the old."""
     kept = FILTERS['mig_layout_host_gpus'](A100_DECISION)
     hostvars = RawHostvars(
         known={'mig_layout__decision': A100_DECISION, 'mig_layout_host_gpus': kept},
         new={'mig_layout__decision': A100_DECISION},
         moved={'mig_layout__decision': A100_DECISION, 'mig_layout_host_gpus': kept[:1]},
-        failed={'mig_layout__decision': dict(A100_DECISION, failed=True)},
+        refused={'mig_layout__decision': REFUSAL},
+        refused_known={'mig_layout__decision': REFUSAL, 'mig_layout_host_gpus': FILTERS['mig_layout_host_gpus'](REFUSAL)},
+        failed={'mig_layout__decision': {'failed': True, 'msg': 'NVML: driver not loaded'}},
         lost={'mig_layout__decision': {'unreachable': True, 'msg': 'gone'}},
+        node={'mig_layout__decision': {'skipped': True, 'changed': False}},
         untouched={'mig_layout_host_gpus': kept},
     )
-    hosts = ['known', 'new', 'moved', 'failed', 'lost', 'untouched']
-    assert FILTERS['mig_layout_host_gpus_changed'](hosts, hostvars) == ['new', 'moved']
-    assert FILTERS['mig_layout_host_gpus_changed'](hosts, dict(hostvars)) == ['new', 'moved']
+    hosts = ['known', 'new', 'moved', 'refused', 'refused_known', 'failed', 'lost', 'node', 'untouched']
+    assert FILTERS['mig_layout_host_gpus_changed'](hosts, hostvars) == ['new', 'moved', 'refused']
+    assert FILTERS['mig_layout_host_gpus_changed'](hosts, dict(hostvars)) == ['new', 'moved', 'refused']
 
 
 def test_the_preflight_reads_only_the_hosts_whose_gpus_the_controller_knows_in_no_way():
@@ -319,15 +351,43 @@ def test_the_preflight_reads_only_the_hosts_whose_gpus_the_controller_knows_in_n
         broken_summary={'nvidia_mig_summary': {'map': '[{'}},
         fresh={'ansible_host': '10.0.0.9'},
         other_fresh={},
+        # The pre-flight's first decision of this run: what it told counts, a skipped one (a Kubernetes node) does not.
+        decided={'mig_layout__decision': A100_DECISION},
+        refused={'mig_layout__decision': REFUSAL},
+        node={'mig_layout__decision': {'skipped': True, 'changed': False}},
+        cached_node={'mig_layout__decision': {'skipped': True, 'changed': False}, 'mig_layout_host_gpus': []},
+        failed={'mig_layout__decision': {'failed': True, 'msg': 'NVML: driver not loaded'}},
     )
-    hosts = ['other_fresh', 'cached', 'read', 'summarised', 'old_summary', 'fresh', 'both', 'broken_summary']
-    unknown = ['other_fresh', 'old_summary', 'fresh', 'broken_summary']
+    hosts = ['other_fresh', 'cached', 'read', 'summarised', 'old_summary', 'fresh', 'both', 'broken_summary',
+             'decided', 'refused', 'node', 'cached_node', 'failed']
+    unknown = ['other_fresh', 'old_summary', 'fresh', 'broken_summary', 'node', 'failed']
     assert FILTERS['mig_layout_gpus_unknown'](hosts, hostvars) == unknown
     assert FILTERS['mig_layout_gpus_unknown'](hosts, dict(hostvars)) == unknown
     assert FILTERS['mig_layout_gpus_unknown']([], hostvars) == []
 
 
-def test_the_settled_filter_is_the_rollout_rule():
-    assert FILTERS['mig_layout_settled']({'in_layout': True, 'changed': False}) is True
-    assert FILTERS['mig_layout_settled']({'in_layout': True, 'failed': True, 'msg': 'x'}) is False
-    assert FILTERS['mig_layout_settled'](None) is False
+def test_the_rollout_play_takes_the_hosts_whose_first_decision_did_not_settle_them():
+    """mig_layout_to_change is _rollout_plan.hosts_to_change over hostvars (raw_get or a plain mapping); with its list,
+    the fleet plan and the hosts the run fails count a host outside it as reached (its first decision found it in
+    the layout), and a host of it as reached only where the rollout play marked it."""
+    in_layout = {'changed': False, 'in_layout': True, 'gpus': [], 'unmatched_gpus': []}
+    hostvars = RawHostvars(
+        a={'mig_layout__decision': in_layout},
+        b={'mig_layout__decision': {'in_layout': True, 'failed': True, 'msg': 'x'}},
+        c={},
+        d={'mig_layout__decision': in_layout},
+    )
+    hosts = ['a', 'b', 'c', 'd']
+    assert FILTERS['mig_layout_to_change'](hosts, hostvars) == ['b', 'c']
+    assert FILTERS['mig_layout_to_change'](hosts, dict(hostvars)) == ['b', 'c']
+    settings = FILTERS['mig_layout_rollout_settings'](1, 0)
+    # b was reached and failed; the rollout stopped before c.
+    hostvars['b'].update(mig_layout_rollout_started=True, mig_layout_rollout_error='b failed')
+    unfinished = FILTERS['mig_layout_rollout_unfinished'](hosts, hostvars, settings, 'MIG layout n', ['b', 'c'])
+    assert sorted(unfinished) == ['b', 'c'] and unfinished['b'] == 'b failed'
+    assert sorted(FILTERS['mig_layout_rollout_unfinished'](hosts, hostvars, settings, 'MIG layout n')) == ['a', 'b', 'c', 'd']
+    plan = FILTERS['mig_layout_fleet_plan'](hosts, hostvars, 'n', False, ['b', 'c'])
+    assert plan['not_reached'] == ['c'] and plan['totals']['hosts_in_layout'] == 2
+    assert FILTERS['mig_layout_fleet_plan'](hosts, hostvars, 'n')['not_reached'] == ['a', 'c', 'd']
+    assert FILTERS['mig_layout_rollout_progress'](['b'], ['b', 'c'], settings, ['b'], False, 4)['line'].startswith(
+        'batch 1 of 2: 1 of 2 host(s) done, 1 failed (b)')

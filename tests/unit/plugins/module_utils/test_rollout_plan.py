@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_pla
     real_run_stop,
     rollout_settings,
     settled,
+    hosts_to_change,
     unfinished,
 )
 
@@ -141,8 +142,33 @@ def test_the_hosts_a_run_fails_and_why():
     ('', False),
 ])
 def test_only_a_first_decision_that_found_the_host_in_its_layout_settles_it(decision, done):
-    """playbooks/mig_layout.yml enters the role on every host this is False for."""
+    """playbooks/mig_layout.yml's rollout play takes (and enters the role on) every host this is False for."""
     assert settled(decision) is done
+    assert hosts_to_change(['h'], {'h': decision}) == ([] if done else ['h'])
+
+
+def test_the_rollout_play_takes_the_hosts_the_first_decision_did_not_settle_in_their_order():
+    in_layout = {'changed': False, 'in_layout': True, 'gpus': []}
+    differs = {'changed': False, 'in_layout': False, 'gpus': []}
+    decisions = {'a': in_layout, 'b': differs, 'c': None, 'd': in_layout, 'e': {'skipped': True}}
+    assert hosts_to_change(['e', 'd', 'c', 'b', 'a', 'f'], decisions) == ['e', 'c', 'b', 'f']
+    assert hosts_to_change([], decisions) == []
+
+
+def test_the_budget_is_a_percentage_of_every_host_of_the_rollout_not_only_those_it_changes():
+    """Of 8 hosts, 4 already in the layout: 25% lets 2 fail, not 1 (25% of the 4 the rollout play takes)."""
+    settings = rollout_settings(1, 25)
+    changing = ['a', 'b', 'c', 'd']
+    assert progress(changing, ['b'], settings, ['a', 'b'], fleet_size=8)['budget_left'] == 0
+    assert not progress(changing, ['b'], settings, ['a', 'b'], fleet_size=8)['over_budget']
+    assert progress(changing, ['b'], settings, ['a', 'b'])['over_budget']
+    line = progress(changing, ['c'], settings, ['a', 'b', 'c'], fleet_size=8)['line']
+    assert line.startswith('batch 3 of 4: 3 of 4 host(s) done, 3 failed (a, b, c); failure budget spent: the rollout stops'), line
+    # A dry run says where the real run would stop, with the same budget.
+    assert real_run_stop(changing, settings, ['a', 'b', 'c'], 8) == 3
+    assert real_run_stop(changing, settings, ['a', 'b', 'c']) == 2
+    assert progress(changing, changing, settings, ['a', 'b', 'c'], True, 8)['line'].endswith(
+        'would stop after batch 3 of 4)')
 
 
 def test_progress_with_percentage_batches():

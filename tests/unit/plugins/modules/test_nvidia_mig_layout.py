@@ -147,6 +147,10 @@ def test_a_layout_matching_none_of_the_hosts_gpus_is_refused_before_any_change(
         'NVIDIA H100 80GB HBM3 0x233010DE; device-filters: entry 0 0xDEADBEEF, entry 1 any devices 7): nothing was '
         'declared or changed; add an entry for these GPUs or give this host another layout'), result['msg']
     assert '\n' not in result['msg']
+    # The refusal names the GPUs it left (the rollout's pre-flight refuses a layout that matches no GPU of the fleet
+    # from its first decisions): the A100s and the H100, not the L40S (no MIG).
+    assert [(gpu['index'], gpu['pci_device_id']) for gpu in result['unmatched_gpus']] == [
+        (0, '0x20B210DE'), (1, '0x20B210DE'), (2, '0x233010DE')], result
     assert mutating_calls(host) == [] and not os.path.exists(os.path.join(host_paths['config_dir'], 'layout.json'))
     # An apply refused so is recorded as failed (for the metrics), as every refused apply; a decision records nothing.
     recorded = os.path.exists(os.path.join(host_paths['config_dir'], 'last_apply.json'))
