@@ -8,19 +8,21 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_plan import (
     RolloutSettingsError,
     allowed_failures,
     batch_sizes,
     fleet_plan,
+    hosts_to_change,
     instances_text,
     play_serial,
     progress,
     real_run_stop,
     rollout_settings,
     settled,
-    hosts_to_change,
     unfinished,
 )
 
@@ -145,6 +147,34 @@ def test_only_a_first_decision_that_found_the_host_in_its_layout_settles_it(deci
     """playbooks/mig_layout.yml's rollout play takes (and enters the role on) every host this is False for."""
     assert settled(decision) is done
     assert hosts_to_change(['h'], {'h': decision}) == ([] if done else ['h'])
+
+
+_FLAG = st.sampled_from([None, False, True, 'yes', '', 0, 1])
+_FIRST_DECISIONS = st.one_of(
+    st.none(), st.text(max_size=3),
+    st.fixed_dictionaries({}, optional={'in_layout': _FLAG, 'failed': _FLAG, 'unreachable': _FLAG, 'skipped': _FLAG,
+                                        'changed': st.booleans(), 'gpus': st.just([])}))
+
+
+@given(st.lists(_FIRST_DECISIONS, max_size=8))
+def test_the_rollout_leaves_out_only_hosts_whose_first_decision_succeeded_in_the_layout(found):
+    """The safety side of leaving a host out of the rollout play: it is never changed in this run, so only a first
+    decision that ran, did not fail and found the host in its layout (``in_layout`` exactly true) may leave it out.
+    Every other host stays, in its order, and the role decides again there; the one left out counts as reached and in
+    its layout in the fleet plan, never as not reached."""
+    hosts = ['h%d' % number for number in range(len(found))]
+    decisions = dict(zip(hosts, found))
+    to_change = hosts_to_change(hosts, decisions)
+    assert to_change == [host for host in hosts if host in to_change]
+    left_out = [host for host in hosts if host not in to_change]
+    for host, decision in decisions.items():
+        succeeded_in_layout = (isinstance(decision, dict) and decision.get('in_layout') is True
+                               and not any(decision.get(flag) for flag in ('failed', 'unreachable', 'skipped')))
+        assert (host in left_out) == succeeded_in_layout, decision
+    plan = fleet_plan([{'host': host, 'started': True, 'decision': decisions[host], 'error': None} for host in left_out]
+                      + [{'host': host, 'started': False, 'decision': None, 'error': None} for host in to_change], 'n')
+    assert plan['not_reached'] == to_change
+    assert plan['totals']['hosts_in_layout'] == len(left_out)
 
 
 def test_the_rollout_play_takes_the_hosts_the_first_decision_did_not_settle_in_their_order():
