@@ -113,6 +113,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
+# First of the collection's imports: from the module's payload, the others are then compiled once each (_payload_import).
+from ansible_collections.gpufleet.mig.plugins.module_utils import _payload_import  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_client import KUBERNETES_ERROR, configuration, connection_argument_spec
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fleet_lease import LeaseRecord, decide, lease_spec, observe, release_spec
 

@@ -417,6 +417,8 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
+# First of the collection's imports: from the module's payload, the others are then compiled once each (_payload_import).
+from ansible_collections.gpufleet.mig.plugins.module_utils import _payload_import  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_install, _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply, resolve_failure

@@ -91,6 +91,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+# First of the collection's imports: from the module's payload, the others are then compiled once each (_payload_import).
+from ansible_collections.gpufleet.mig.plugins.module_utils import _payload_import  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_files import METRICS_FILE, sync

@@ -135,6 +135,8 @@ pod_resources:
 
 from ansible.module_utils.basic import AnsibleModule
 
+# First of the collection's imports: from the module's payload, the others are then compiled once each (_payload_import).
+from ansible_collections.gpufleet.mig.plugins.module_utils import _payload_import  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection import select_mig_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import apply_plan

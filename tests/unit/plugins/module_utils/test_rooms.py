@@ -21,7 +21,7 @@ PLUGINS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__
 MODULE_UTILS = os.path.join(PLUGINS, 'module_utils')
 ROOMS = ('planning', 'host', 'k8s')
 # The files beside the rooms: the one error base class every room raises, and the modules' glue.
-SHARED = ('_errors', '_module_support', '_diff_recorder')
+SHARED = ('_errors', '_module_support', '_diff_recorder', '_payload_import')
 
 
 def python_files(folder):
@@ -95,6 +95,7 @@ MAY_IMPORT = {
     'host': ('host', 'k8s', 'planning', '_errors'),
     '_errors': (),
     '_diff_recorder': (),
+    '_payload_import': (),
 }
 
 
@@ -104,6 +105,22 @@ def test_each_room_imports_only_the_rooms_below_it(name):
     utils, dummy = imported(os.path.join(MODULE_UTILS, name + '.py'))
     crossing = sorted(other for other in utils if other.split('/')[0] not in MAY_IMPORT[room])
     assert not crossing, '%s may import only %s' % (name, ', '.join(MAY_IMPORT[room]) or 'nothing of module_utils')
+
+
+def first_collection_import(path):
+    """The first module of the collection that ``path`` imports, as module_util_name gives it."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('ansible_collections.'):
+            return '/'.join(filter(None, [node.module[len(PACKAGE) + 1:].replace('.', '/'), node.names[0].name]))
+    return None
+
+
+@pytest.mark.parametrize('path', sorted(python_files(os.path.join(PLUGINS, 'modules'))), ids=os.path.basename)
+def test_every_module_imports_the_payload_importer_before_the_rest_of_the_collection(path):
+    """Imported after it, the collection's files are compiled once each from the module's payload (_payload_import)."""
+    assert first_collection_import(path) == '_payload_import'
 
 
 def test_the_planning_room_needs_no_nvml_and_no_grpc():
