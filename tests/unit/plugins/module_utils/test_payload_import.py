@@ -49,7 +49,8 @@ def archive(tmp_path, request):
     sys.meta_path[:] = meta_path
     for name in [name for name in sys.modules if name == package or name.startswith(package + '.')]:
         del sys.modules[name]
-    sys.path_importer_cache.clear()
+    for entry in [entry for entry in sys.path_importer_cache if entry.startswith(path)]:
+        del sys.path_importer_cache[entry]
 
 
 @pytest.fixture
