@@ -123,6 +123,12 @@ def _matched(checked, gpus):
                 models=sorted(set(' '.join(str(p) for p in (g.get('name'), g.get('pci_device_id')) if p) for g in gpus)))
 
 
+def _variables_of(hostvars):
+    """A function giving a host's variables as they are: hostvars.raw_get, the facts as the modules returned them, not
+    templated again (ansible/vars/hostvars.py); a plain mapping's own lookup (the unit tests)."""
+    return getattr(hostvars, 'raw_get', hostvars.__getitem__)
+
+
 def mig_layout_host_gpus(decision):
     """The MIG-capable GPUs a host's decision reported (kept as a cached fact for the next pre-flight)."""
     return decision_gpus(decision)
@@ -132,7 +138,7 @@ def mig_layout_host_gpus_changed(hosts, hostvars):
     """The hosts of ``hosts`` whose decision (``mig_layout__decision``) told their GPUs (it succeeded, or refused a
     layout that matches none of them) and other GPUs than the ``mig_layout_host_gpus`` they keep: the only ones the
     rollout sets that fact on again (a no-op sets none)."""
-    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
+    raw = _variables_of(hostvars)
     changed = []
     for host in hosts:
         facts = raw(host)
@@ -157,7 +163,7 @@ def _known_gpus_of(facts):
 def mig_layout_gpus_unknown(hosts, hostvars):
     """The hosts of ``hosts`` whose MIG-capable GPUs the controller does not know (what their decision told, else
     :func:`mig_layout_known_gpus` of their facts, is None): the ones the rollout's pre-flight decides on or reads."""
-    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
+    raw = _variables_of(hostvars)
     return [host for host in hosts if _known_gpus_of(raw(host)) is None]
 
 
@@ -203,8 +209,7 @@ def _read_since(check, host, hostvars):
     them."""
     if not check or check.get('matches') is not None or not check.get('configs'):
         return check
-    # raw_get: the facts as the module returned them, not templated again (ansible/vars/hostvars.py).
-    gpus = _known_gpus_of(getattr(hostvars, 'raw_get', hostvars.__getitem__)(host))
+    gpus = _known_gpus_of(_variables_of(hostvars)(host))
     return _matched(check, gpus) if gpus is not None else check
 
 
@@ -261,7 +266,7 @@ def mig_layout_rollout_progress(batch_hosts, hosts, settings, failed, check_mode
 def mig_layout_to_change(hosts, hostvars):
     """The hosts of ``hosts`` (in order) whose first decision (``mig_layout__decision``) did not find them in the layout:
     the rollout play's hosts (_rollout_plan.hosts_to_change)."""
-    raw = getattr(hostvars, 'raw_get', hostvars.__getitem__)
+    raw = _variables_of(hostvars)
     return hosts_to_change(list(hosts), dict((host, raw(host).get('mig_layout__decision')) for host in hosts))
 
 
