@@ -28,7 +28,8 @@ import os
 import sys
 import zipimport
 
-PACKAGE = 'ansible_collections.gpufleet.mig.plugins.module_utils'
+# The package whose files the finder takes: the one this file is in (ansible_collections.gpufleet.mig.plugins.module_utils).
+PACKAGE = __name__.rpartition('.')[0]
 
 
 class OnceCompiledLoader:
