@@ -120,6 +120,21 @@ resources:
   description: The extended resources NVIDIA's device plugin (mixed strategy) advertises for the GPUs as they end.
   returned: always
   type: dict
+expected_device_ids:
+  description:
+    - The device ids NVIDIA's device plugin should advertise for the GPUs as they end, as
+      RV(gpufleet.mig.nvidia_mig_layout#module:expected_device_ids) gives them. A moved instance is created anew
+      and gets a new UUID, so the count of each resource stays while its ids change; the role compares these ids
+      with the kubelet's before the node goes back into service.
+    - In check mode, the ids as they are (a moved instance's new UUID exists only once it is created).
+  returned: always
+  type: dict
+  sample: {nvidia.com/mig-1g.10gb: {uuid: [MIG-2f1e0c3a-0000-4000-8000-000000000001], index: ['0:0']}}
+pod_resources:
+  description: C(read) (whether the kubelet's pod-resources API answered) and C(reason) when it did not.
+  returned: always
+  type: dict
+  sample: {read: true}
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -137,7 +152,12 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     read_pod_resources,
     run_module,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import host_allocations, index_id_refusal, node_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import (
+    expected_device_ids,
+    host_allocations,
+    index_id_refusal,
+    node_resources,
+)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import free_space
 
 _FIGURES = ('free_slices', 'stranded_slices', 'largest_placeable', 'largest_placeable_slices', 'fragmentation')
@@ -184,7 +204,7 @@ def main_body(module):
     done = []
     with nvml_session(module, exclusive=not module.check_mode) as backend:
         # Under the host lock, as the GPUs are read: one snapshot of what pods and GPUs hold.
-        pod_devices, dummy = read_pod_resources(module)
+        pod_devices, pod_status = read_pod_resources(module)
         host = backend.read_host()
         holders = host_allocations(host, pod_devices)
         planned = []
@@ -208,8 +228,9 @@ def main_body(module):
                 'before_layout': plan.before if plan else None,
                 'after_layout': plan.after if plan else None,
             })
-        resources = node_resources(backend.read_host(with_profiles=False) if done else host)
-    output = dict(changed=bool(done), gpus=results, actions=done, resources=resources, skipped_gpus=skipped)
+        final = backend.read_host(with_profiles=False) if done else host
+    output = dict(changed=bool(done), gpus=results, actions=done, resources=node_resources(final),
+                  expected_device_ids=expected_device_ids(final), skipped_gpus=skipped, pod_resources=pod_status)
     if module._diff:
         diff = DiffRecorder()
         for r in results:

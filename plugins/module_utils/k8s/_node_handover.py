@@ -157,31 +157,60 @@ class SwitchMode(object):
                 'decide_again': self.decide_again, 'drain': self.drain, 'pod_resources_read': self.read}
 
 
-def pod_resources_use(k8s, switch, drain_fallback, decision=None, applied=None):
+def pod_resources_use(k8s, switch, drain_fallback, decision=None, applied=None, repack=False):
     """How the host reads the kubelet's pod-resources through a change, and what the hand-back compares.
 
-    ``decide``: nvidia_mig_layout's pod_resources for the decisions: off a Kubernetes node ``auto`` (read where a
-    kubelet runs); on one, ``required`` for in place (which pod holds which instance is its whole point) unless
-    the drain fallback is allowed, ``auto`` for a drain (it reads them too: a renamed resource or a DRA claim is
-    seen only there; no socket at all, and the drain refuses the pods it cannot see, _node_evictions).
-    ``apply``: the apply reads them as the decision did (a decision that could not read them, the drain fallback,
-    applies with ``off``; every other apply reads them again under the host lock, so it never destroys a held
-    instance). ``compare_ids``: after the change the kubelet's advertised device ids are compared as sets with
-    what the apply expects, where the apply says which ids it expects and the host read the kubelet
-    (otherwise the node's allocatable counts, which a stale plugin passes).
+    ``decide``: nvidia_mig_layout's (or the repack's) pod_resources for the decisions: off a Kubernetes node ``auto``
+    (read where a kubelet runs); on one, ``required`` for in place (which pod holds which instance is its whole
+    point) unless the drain fallback is allowed, ``auto`` for a drain (it reads them too: a renamed resource or a
+    DRA claim is seen only there; no socket at all, and the drain refuses the pods it cannot see,
+    _node_evictions), ``required`` for a repack (it evicts nobody, so it must know every instance a pod holds;
+    no fallback). ``apply``: the apply reads them as the decision did (a decision that could not read them, the
+    drain fallback, applies with ``off``; every other apply reads them again under the host lock, so it never
+    destroys a held instance).
+
+    ``compare_ids``: after the change the kubelet's advertised device ids are compared as sets with the ids the
+    apply expects (its ``expected_device_ids``), in every mode, wherever the apply names them and the decision
+    read the kubelet; otherwise the node's allocatable counts, which a stale device plugin passes. Every mode
+    destroys and recreates instances (a repack's move included: a recreated instance has a new UUID), so an
+    uncordoned node whose kubelet still advertises a gone id hands a pod a device that does not exist. On a
+    Kubernetes node (SwitchMode's modes; "ids": the apply's result names its expected ids):
+
+    =========================  ========  ========  ==============  =========  ===========  ===========
+    mode                       switch    fallback  pods read       decide     apply        compare_ids
+    =========================  ========  ========  ==============  =========  ===========  ===========
+    in place                   in_place  false     yes             required   required     ids
+    in place                   in_place  true      yes             auto       auto         ids
+    create-only                in_place  either    yes             as above   as above     ids
+    drain, chosen              drain     either    yes             auto       auto         ids
+    drain, chosen, no kubelet  drain     either    no              auto       off          counts (1)
+    drain as the fallback      in_place  true      no              auto       off          counts (1)
+    repack                     either    either    yes (required)  required   required     ids
+    reboot path                the mode it came from: the apply after the reboot names ids     ids if read
+    already in the layout      the decision is what the GPUs hold and names ids (recovery)     ids if read
+    any mode, no ids named     -         -         -               -          -            counts (2)
+    =========================  ========  ========  ==============  =========  ===========  ===========
+
+    (1) The kubelet's advertised ids are read through the same pod-resources socket (GetAllocatableResources)
+    that did not answer the decision, or whose allocations named devices the host does not know (the retry
+    decides with ``off``): there is nothing to compare the expected ids with, so the Node's allocatable counts
+    (read from the API server) are what is left. (2) An apply result without ``expected_device_ids`` (a failed
+    or older module) says nothing to compare ids with.
     """
     if switch not in SWITCHES:
         raise HandoverError('mig_layout_k8s_switch must be one of %s, not %r' % (', '.join(SWITCHES), switch))
     if not k8s:
         decide = 'auto'
+    elif repack:
+        decide = 'required'
     elif switch == 'drain' or drain_fallback:
         decide = 'auto'
     else:
         decide = 'required'
     read = bool(((decision or {}).get('pod_resources') or {}).get('read'))
     apply = 'off' if k8s and decision is not None and not read else decide
-    compare_ids = bool(applied) and applied.get('expected_device_ids') is not None and read
-    return {'decide': decide, 'apply': apply, 'compare_ids': compare_ids}
+    names_ids = (applied or {}).get('expected_device_ids') is not None
+    return {'decide': decide, 'apply': apply, 'compare_ids': names_ids and read}
 
 
 # The package missing_required_lib names when pynvml cannot be imported (_module_support.run_module).

@@ -61,7 +61,14 @@ def test_every_apply_and_second_decision_reads_pod_resources_as_python_decides()
     assert variables['mig_layout__module_defaults']['pod_resources'] == '{{ mig_layout__pod_resources_mode }}'
     assert _squash(variables['mig_layout__pod_resources']).startswith(
         '{{ mig_layout__k8s | gpufleet.mig.mig_handover_pod_resources(mig_layout_k8s_switch, mig_layout_k8s_drain_fallback, '
-        'mig_layout__decision | default(none), mig_layout__final | default(none)) }}')
+        'mig_layout__decision | default(none), mig_layout__final | default(none), mig_layout__repacking | default(false)) }}')
+    # A repack reads them as Python decides for a repack (required on a node), and hands back with what its plan read.
+    repack = _task('repack.yml', 'Repack the host')
+    assert repack['module_defaults']['gpufleet.mig.nvidia_mig_repack']['pod_resources'] == '{{ mig_layout__pod_resources_mode }}'
+    assert _task('repack.yml', 'Start from a clean slate')['ansible.builtin.set_fact']['mig_layout__repacking'] is True
+    assert _task('main.yml', 'Start from a clean slate')['ansible.builtin.set_fact']['mig_layout__repacking'] is False
+    decision = _task('repack_apply.yml', 'Nobody is evicted by a repack')['ansible.builtin.set_fact']['mig_layout__decision']
+    assert decision == {'pods_to_evict': [], 'pod_resources': '{{ mig_layout__repack_plan.pod_resources }}'}
 
 
 def test_the_decision_after_the_cordon_is_the_switch_modes_and_names_every_holder_in_a_drain():
@@ -77,13 +84,14 @@ def test_the_new_advertisement_is_awaited_and_compared_by_device_ids():
     wait = _task('k8s_advertised.yml', 'Wait until the kubelet advertises exactly the MIG devices the GPUs hold')
     assert _squash(wait['until']) == ('(mig_layout__final.expected_device_ids | gpufleet.mig.mig_handover_advertised('
                                       'mig_layout__kubelet_ids, mig_layout_k8s_device_id_strategy)).matches')
-    assert 'mig_layout__compare_ids' in wait['when'] and 'not mig_layout__compare_ids' not in wait['when']
+    # Exactly Python's answer, in every mode: no condition on the switch mode beside it (issue 43).
+    assert wait['when'] == 'mig_layout_k8s_wait_allocatable and not ansible_check_mode and mig_layout__compare_ids'
     assert wait['gpufleet.mig.nvidia_mig_facts']['kubelet_allocatable'] is True
     check = _task('k8s_advertised.yml', 'Require the kubelet to advertise exactly what the GPUs hold')
     assert check['ansible.builtin.assert']['that'] == 'mig_layout__advertised.matches'
     assert 'gpufleet.mig.mig_handover_advertised(' in check['vars']['mig_layout__advertised']
     counts = _task('k8s_advertised.yml', 'Wait until the node advertises as many instances as the GPUs hold')
-    assert 'not mig_layout__compare_ids' in counts['when']
+    assert counts['when'] == 'mig_layout_k8s_wait_allocatable and not ansible_check_mode and not mig_layout__compare_ids'
     variables = _load('vars', 'main.yml')
     assert variables['mig_layout__compare_ids'] == '{{ mig_layout__pod_resources.compare_ids }}'
     assert _squash(variables['mig_layout__final']) == (
@@ -92,7 +100,12 @@ def test_the_new_advertisement_is_awaited_and_compared_by_device_ids():
     # After a change, the hand-back awaits it before the uncordon.
     post = [t.get('name') for t in _load('tasks', 'k8s_post.yml')]
     assert post.index('Wait until the kubelet advertises what the GPUs hold') < post.index('Return the Kubernetes node to service')
-    assert _task('k8s_post.yml', 'Wait until the kubelet advertises what the GPUs hold')['ansible.builtin.include_tasks'] == 'k8s_advertised.yml'
+    awaited = _task('k8s_post.yml', 'Wait until the kubelet advertises what the GPUs hold')
+    assert awaited['ansible.builtin.include_tasks'] == 'k8s_advertised.yml' and 'when' not in awaited
+    # Every mode's change hands back through k8s_post.yml: the layout's apply and the repack's moves.
+    for file_name in ('apply.yml', 'repack_apply.yml'):
+        back = [t for t in _tasks(_load('tasks', file_name)) if t.get('ansible.builtin.include_tasks') == 'k8s_post.yml']
+        assert [t.get('when') for t in back] == ['mig_layout_k8s_node | length > 0'], file_name
 
 
 def test_every_eviction_is_tried_as_a_dry_run_first_with_the_same_pods():

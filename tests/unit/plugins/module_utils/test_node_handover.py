@@ -699,33 +699,6 @@ def test_in_place_and_drain_decide_again_and_only_a_drain_names_every_holder():
         assert quiet.decide_again is False and quiet.drain is False
 
 
-@pytest.mark.parametrize('k8s, switch, fallback, decide', [
-    (False, 'in_place', False, 'auto'), (True, 'in_place', False, 'required'), (True, 'in_place', True, 'auto'),
-    (True, 'drain', False, 'auto'), (True, 'drain', True, 'auto')])
-def test_the_decisions_read_pod_resources_as_the_switch_needs(k8s, switch, fallback, decide):
-    assert h.pod_resources_use(k8s, switch, fallback)['decide'] == decide
-
-
-def test_the_apply_reads_pod_resources_as_the_decision_did():
-    # Breaking this line of the role (an apply with pod_resources off) would let an apply destroy a held instance.
-    assert h.pod_resources_use(True, 'in_place', False, {'pod_resources': {'read': True}})['apply'] == 'required'
-    assert h.pod_resources_use(True, 'drain', False, {'pod_resources': {'read': True}})['apply'] == 'auto'
-    # Only a decision that could not read them (the drain fallback) applies without.
-    assert h.pod_resources_use(True, 'in_place', True, {'pod_resources': {'read': False}})['apply'] == 'off'
-    assert h.pod_resources_use(False, 'in_place', False, {'pod_resources': {'read': False}})['apply'] == 'auto'
-
-
-def test_the_hand_back_compares_device_ids_where_the_apply_names_them_and_the_kubelet_was_read():
-    decision = {'pod_resources': {'read': True}}
-    applied = {'expected_device_ids': {'nvidia.com/mig-1g.10gb': {'uuid': ['MIG-a'], 'index': ['0:0']}}}
-    assert h.pod_resources_use(True, 'in_place', False, decision, applied)['compare_ids'] is True
-    assert h.pod_resources_use(True, 'in_place', False, decision, {})['compare_ids'] is False
-    assert h.pod_resources_use(True, 'in_place', True, {'pod_resources': {'read': False}}, applied)['compare_ids'] is False
-    assert h.pod_resources_use(True, 'in_place', False, decision, None)['compare_ids'] is False
-    with pytest.raises(h.HandoverError, match='must be one of in_place, drain'):
-        h.pod_resources_use(True, 'evict-all', False)
-
-
 def test_other_owners_of_mig_on_the_node():
     assert h.other_owners(node()) == []
     assert h.other_owners(node({h.MIG_MANAGER_LABEL: 'false'})) == []

@@ -572,11 +572,19 @@ def test_repack_moves_only_idle_unallocated_instances(simulated_host, run_module
     assert gpu0['status'] == 'repacked' and (gpu0['before']['largest_placeable'], gpu0['after']['largest_placeable']) == ('2g.20gb', '3g.40gb')
     moved = [a for a in gpu0['actions'] if a['action'] == 'destroy_gpu_instance']
     assert [a['placement']['start'] for a in moved] == [4]
+    assert planned['pod_resources'] == {'read': True}
     result, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': socket})
     assert not failed and result['changed']
     starts = sorted(gi['start'] for gi in host.read()['gpus'][0]['gpu_instances'])
     assert starts[:2] == [0, 1] and starts[2] in (2, 3)
     assert result['resources'] == {'nvidia.com/mig-1g.10gb': 3, 'nvidia.com/mig-3g.40gb': 1}
+    # The moved instance is a new MIG device: the same counts, another id. The ids the repack expects are those of
+    # the GPUs as they end (what the hand-back compares with the kubelet's), not those of the plan.
+    after = mig_uuids(run_module)
+    assert after[0] == uuids[0] and after[1] == uuids[1] and after[starts[2]] not in uuids.values()
+    assert result['expected_device_ids']['nvidia.com/mig-1g.10gb']['uuid'] == sorted(after.values())
+    assert planned['expected_device_ids']['nvidia.com/mig-1g.10gb']['uuid'] == sorted(uuids.values())
+    assert result['pod_resources'] == {'read': True}
     again, failed = run_module(nvidia_mig_repack.main, {'pod_resources_socket': socket})
     assert not failed and not again['changed']
     assert again['gpus'][0]['status'] in ('no_idle_move', 'below_threshold')
