@@ -55,8 +55,9 @@ test-copy: bootstrap
 	cd $(TEST_COLLECTION) && git init -q && git add -A
 	mkdir -p $(dir $(GET_PIP_CACHE)) && test -s $(GET_PIP_CACHE) || cp tests/sanity/get_pip_offline.py $(GET_PIP_CACHE)
 
-lint: bootstrap ## ansible-lint, production profile
+lint: bootstrap ## ansible-lint, production profile, and the plugin and extra docs (make docs-lint)
 	$(ANSIBLE_ENV) $(BIN)/ansible-lint --profile production
+	$(MAKE) --no-print-directory docs-lint
 
 sanity: test-copy ## ansible-test sanity
 	$(ANSIBLE_TEST) sanity --python 3.11 --requirements --color no
