@@ -45,7 +45,7 @@ def test_the_docsite_index_and_a_module_page_render_from_the_collection_docs():
 
     assert 'gpufleet.mig' in index['heading'].lower()  # antsibull-docs titles it Gpufleet.Mig
     for page in ('nvidia_mig_layout_module.html', 'nvidia_mig_facts_module.html', 'mig_layout_role.html',
-                 'mig_demand_plan_filter.html', 'docsite/event_source.html', 'docsite/advisor.html'):
+                 'mig_demand_plan_filter.html', 'docsite/event_source.html', 'docsite/guide_start.html', 'docsite/guide_advisor.html'):
         assert page in index['links'], '%s not linked from the index' % page
 
     assert 'gpufleet.mig.nvidia_mig_layout' in module['heading']
