@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""docs/figures.md, the one page of current figures, written from what the benchmarks and the suites printed.
+"""docs/figures.md, the one page of current figures, written from what the benchmarks and the suites printed
+(and its twin on the collection docsite, docs/docsite/rst/figures.rst).
 
 ``make benchmark`` prints, before each benchmark's output, a line ``== figures: <name>: <command>`` and, first, the
 machine it runs on (``== figures: machine: ...``, from ``figures.py machine``); ``tests/run_suites.sh`` (make test)
@@ -23,6 +24,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(REPO, 'docs', 'figures.md')
+DOCSITE_PAGE = os.path.join(REPO, 'docs', 'docsite', 'rst', 'figures.rst')
 
 # The page's sections, in order: (name, title, what the figures say).
 SECTIONS = (
@@ -173,8 +175,28 @@ def render_page(figures):
     return '\n'.join(out)
 
 
-def write_page(logs, page=PAGE):
-    """Rewrite the page with the figures of ``logs`` (their texts), keeping the sections they do not hold."""
+def render_docsite_page(figures):
+    """The same page for the collection docsite (an extra doc of docs/docsite/extra-docs.yml, reStructuredText)."""
+    out = ['.. _ansible_collections.gpufleet.mig.docsite.figures:', '', 'Figures', '=======', '',
+           'Every figure the guides quote, each with the command that prints it and the machine it ran on. Written',
+           'with ``docs/figures.md`` by ``benchmarks/figures.py`` from the output of ``make benchmark`` (and of',
+           '``make test`` for the suite times): run ``make figures`` to measure again. Do not edit it by hand.', '']
+    for name, title, what in SECTIONS:
+        out += [title, '-' * len(title), '', what.replace('`', '``'), '']
+        section = figures.get(name)
+        if section is None:
+            out += ['Not measured yet: run ``make figures``.', '']
+            continue
+        out += ['Command: ``%s``' % section.command, '', 'Machine: ``%s``' % section.machine, '',
+                '.. code-block:: text', '']
+        out += [('    ' + line) if line.strip() else '' for line in section.output.splitlines()]
+        out += ['']
+    return '\n'.join(out)
+
+
+def write_page(logs, page=PAGE, docsite_page=DOCSITE_PAGE):
+    """Rewrite the page (and its docsite twin) with the figures of ``logs`` (their texts), keeping the sections
+    they do not hold."""
     figures = {}
     if os.path.exists(page):
         with open(page) as handle:
@@ -183,6 +205,9 @@ def write_page(logs, page=PAGE):
         figures.update(parse_log(text))
     with open(page, 'w') as handle:
         handle.write(render_page(figures))
+    if docsite_page:
+        with open(docsite_page, 'w') as handle:
+            handle.write(render_docsite_page(figures))
     return figures
 
 
@@ -193,6 +218,7 @@ def main(argv=None):
     write = commands.add_parser('write', help='rewrite the page from logs')
     write.add_argument('logs', nargs='+')
     write.add_argument('--page', default=PAGE)
+    write.add_argument('--docsite-page', default=DOCSITE_PAGE, help='its docsite twin; "" writes none')
     options = parser.parse_args(argv)
     if options.command == 'machine':
         print('== figures: machine: %s' % machine_description())
@@ -204,7 +230,7 @@ def main(argv=None):
         with open(path) as handle:
             texts.append(handle.read())
     try:
-        figures = write_page(texts, options.page)
+        figures = write_page(texts, options.page, options.docsite_page)
     except FiguresError as error:
         sys.exit('figures.py: %s' % error)
     print('%s: %s' % (os.path.relpath(options.page), ', '.join(name for name in NAMES if name in figures)))

@@ -80,16 +80,18 @@ def test_the_page_reads_back_what_it_was_written_from():
 
 def test_a_partial_run_replaces_only_the_sections_it_measured(tmp_path):
     page = str(tmp_path / 'figures.md')
-    figures.write_page([BENCHMARK_LOG, SUITES_LOG], page)
+    figures.write_page([BENCHMARK_LOG, SUITES_LOG], page, None)
     again = BENCHMARK_LOG.replace('74.0%        40.0%', '75.0%        41.0%').split('== figures: fragmentation')[0]
     again = again.replace('Test CPU', 'Other CPU')
-    written = figures.write_page([again], page)
+    written = figures.write_page([again], page, str(tmp_path / 'figures.rst'))
     with open(page) as handle:
         kept = figures.parse_page(handle.read())
     assert kept == written
     assert kept['planner'].machine.startswith('Other CPU') and '75.0%        41.0%' in kept['planner'].output
     assert kept['fragmentation'].machine.startswith('Test CPU') and kept['fragmentation'].output.endswith('0.36')
     assert kept['suites'].output.endswith('total             1600s')
+    with open(str(tmp_path / 'figures.rst')) as handle:
+        assert handle.read() == figures.render_docsite_page(kept)
 
 
 def test_the_committed_page_is_what_the_script_writes_from_it():
@@ -99,6 +101,16 @@ def test_the_committed_page_is_what_the_script_writes_from_it():
     assert figures.render_page(figures.parse_page(text)) == text
     for name in ('planner', 'fragmentation'):
         assert name in figures.parse_page(text), 'docs/figures.md has no %s figures' % name
+    with open(figures.DOCSITE_PAGE) as handle:
+        assert handle.read() == figures.render_docsite_page(figures.parse_page(text)), 'the docsite page differs'
+
+
+def test_the_docsite_page_holds_each_output_as_a_literal_block():
+    found = figures.parse_log(BENCHMARK_LOG)
+    page = figures.render_docsite_page(found)
+    assert '.. _ansible_collections.gpufleet.mig.docsite.figures:' in page.splitlines()[0]
+    assert 'Command: ``make benchmark BENCHMARKS=planner``' in page
+    assert '    reached without touching busy             74.0%        40.0%        74.0%' in page.splitlines()
 
 
 def test_make_benchmark_prints_the_markers_the_script_reads():
