@@ -14,7 +14,7 @@ DOCS_ENV := env ANSIBLE_COLLECTIONS_PATH=$(COLLECTIONS) PATH=$(CURDIR)/$(DOCS_VE
 
 $(DOCS_VENV)/.installed: requirements/docs.txt requirements/constraints.txt
 	$(PYTHON) -m venv $(DOCS_VENV)
-	$(DOCS_VENV)/bin/pip install --quiet -r requirements/docs.txt
+	$(DOCS_VENV)/bin/pip install --quiet -c requirements/constraints.txt -r requirements/docs.txt
 	touch $@
 
 docs: bootstrap $(DOCS_VENV)/.installed ## the HTML docsite (antsibull-docs + Sphinx) in build/docsite/html

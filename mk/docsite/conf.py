@@ -8,10 +8,9 @@ copyright = 'gpufleet.mig contributors'
 title = 'gpufleet.mig'
 html_short_title = 'gpufleet.mig'
 
-# myst_parser reads the Markdown pages that the extra docs include (docs/*.md, copied under _include/).
-extensions = ['sphinx_antsibull_ext', 'myst_parser']
+extensions = ['sphinx_antsibull_ext']
+# Files the extra docs include (the event source's source, copied there by make docs), not pages of their own.
 exclude_patterns = ['_include']
-myst_heading_anchors = 4
 
 pygments_style = 'ansible'
 highlight_language = 'YAML+Jinja'
