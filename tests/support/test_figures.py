@@ -45,7 +45,7 @@ def test_a_benchmark_log_gives_each_section_its_command_machine_and_output_as_pr
     assert sorted(found) == ['fragmentation', 'planner']
     assert found['planner'] == figures.Figures(
         'planner', 'make benchmark BENCHMARKS=planner', 'Test CPU, 2 cores, Linux 6.1, Python 3.11.7',
-        BENCHMARK_LOG.split('BENCHMARKS=planner\n')[1].split('== figures: fragmentation')[0])
+        BENCHMARK_LOG.split('BENCHMARKS=planner\n')[1].partition('== figures: fragmentation')[0])
     assert found['planner'].output.splitlines()[-1] == 'reached without touching busy             74.0%        40.0%        74.0%'
     assert found['fragmentation'].output == 'stranded slice-hours (c)/(a): total 0.36'
 
@@ -81,7 +81,7 @@ def test_the_page_reads_back_what_it_was_written_from():
 def test_a_partial_run_replaces_only_the_sections_it_measured(tmp_path):
     page = str(tmp_path / 'figures.md')
     figures.write_page([BENCHMARK_LOG, SUITES_LOG], page, None)
-    again = BENCHMARK_LOG.replace('74.0%        40.0%', '75.0%        41.0%').split('== figures: fragmentation')[0]
+    again = BENCHMARK_LOG.replace('74.0%        40.0%', '75.0%        41.0%').partition('== figures: fragmentation')[0]
     again = again.replace('Test CPU', 'Other CPU')
     written = figures.write_page([again], page, str(tmp_path / 'figures.rst'))
     with open(page) as handle:
