@@ -55,8 +55,9 @@ test-copy: bootstrap
 	cd $(TEST_COLLECTION) && git init -q && git add -A
 	mkdir -p $(dir $(GET_PIP_CACHE)) && test -s $(GET_PIP_CACHE) || cp tests/sanity/get_pip_offline.py $(GET_PIP_CACHE)
 
-lint: bootstrap ## ansible-lint, production profile
+lint: bootstrap ## ansible-lint, production profile, and the plugin and extra docs (make docs-lint)
 	$(ANSIBLE_ENV) $(BIN)/ansible-lint --profile production
+	$(MAKE) --no-print-directory docs-lint
 
 sanity: test-copy ## ansible-test sanity
 	$(ANSIBLE_TEST) sanity --python 3.11 --requirements --color no
@@ -76,10 +77,22 @@ test: bootstrap ## every suite of SUITES in order, the cluster's Go build in the
 check: bootstrap ## the everyday loop: lint, sanity, units
 	tests/run_suites.sh lint sanity units
 
+# make benchmark BENCHMARKS="planner demand" runs some of them. Each benchmark's output follows a line
+# "== figures: NAME: COMMAND", after one naming the machine: benchmarks/figures.py reads them (make figures).
+BENCHMARKS ?= planner fragmentation demand advisor rollout report
+BENCHMARK_ENV_planner := $(PYTEST_ENV)
+BENCHMARK_ENV_fragmentation := $(PYTEST_ENV)
+BENCHMARK_ENV_demand := $(PYTEST_ENV)
+BENCHMARK_ENV_advisor := $(PYTEST_ENV):$(CURDIR)/simulator
+
+.PHONY: figures
+
 benchmark: bootstrap ## print the planner, fragmentation, demand, advisor, rollout and report figures
-	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/planner.py
-	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/fragmentation.py
-	$(ANSIBLE_ENV) $(PYTEST_ENV) $(PY) benchmarks/demand.py
-	$(ANSIBLE_ENV) $(PYTEST_ENV):$(CURDIR)/simulator $(PY) benchmarks/advisor.py
-	$(ANSIBLE_ENV) $(PY) benchmarks/rollout.py
-	$(ANSIBLE_ENV) $(PY) benchmarks/report.py
+	@$(PY) benchmarks/figures.py machine
+	$(foreach name,$(BENCHMARKS),echo "== figures: $(name): make benchmark BENCHMARKS=$(name)" && \
+		$(ANSIBLE_ENV) $(BENCHMARK_ENV_$(name)) $(PY) benchmarks/$(name).py && ) true
+
+# FIGURES_LOGS: more logs to read, such as a saved make test output for the suite times.
+figures: bootstrap ## make benchmark, then docs/figures.md from its output (sections not run again are kept)
+	mkdir -p build && $(MAKE) --no-print-directory benchmark | tee build/benchmark.log
+	$(PY) benchmarks/figures.py write build/benchmark.log $(FIGURES_LOGS)
