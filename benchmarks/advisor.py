@@ -26,11 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import demand  # noqa: E402  benchmarks/demand.py: the fair replay, imported, not forked
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import (  # noqa: E402
-    ModelFleet,
-    advise,
-    demand_from_requests,
-)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import demand_from_requests  # noqa: E402
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import ModelFleet, advise  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus  # noqa: E402

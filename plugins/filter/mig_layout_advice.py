@@ -11,12 +11,14 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import (
-    DEFAULT_MAX_SWITCHES,
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import (
     AdvisorError,
-    advise,
     demand_from_document,
     demand_from_samples,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import (
+    DEFAULT_MAX_SWITCHES,
+    advise,
     fleets_from_facts,
     schedule_from_switches,
 )
@@ -32,10 +34,11 @@ def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEF
         resources = sorted(set(r for fleet in fleets for r in fleet.resources()))
         if isinstance(demand, dict):
             recorded = demand_from_document(demand)
-        elif isinstance(demand, list):
+        elif isinstance(demand, list) and all(isinstance(item, dict) and 'values' in item for item in demand):
             recorded = demand_from_samples(demand, resources, float(start), requests)
         else:
-            raise AdvisorError('the demand must be a Prometheus query_range result (data.result) or a recorded demand file')
+            raise AdvisorError('the demand must be a Prometheus query_range result (data.result: [{metric, values}]) or a '
+                               'recorded demand file ({days, requests}), got %s' % _shape(demand))
         current_configs = validate_configs(configs)
         advice = advise(recorded, fleets, current_configs, schedule_from_switches(current), max_switches, switch_seconds)
     except (AdvisorError, LayoutConfigError) as exc:
@@ -49,6 +52,12 @@ def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEF
     result['left_out'] = left_out
     result['days'] = recorded.days
     return result
+
+
+def _shape(demand):
+    if isinstance(demand, list):
+        return 'a list of %s' % type(demand[0]).__name__
+    return type(demand).__name__
 
 
 class FilterModule(object):

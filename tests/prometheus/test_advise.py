@@ -26,7 +26,7 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import sanitized
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import sanitized
 from ansible_collections.gpufleet.mig.tests.prometheus.fleet import REPO
 from ansible_collections.gpufleet.mig.tests.prometheus.test_scrape import START_TIMEOUT, Daemon, free_port, http_get, wait_for
 from ansible_collections.gpufleet.mig.tests.support.playbook import ansible_environment, run_playbook

@@ -6,10 +6,10 @@
 
 """Which layouts to declare and when to switch, from the demand a fleet recorded (:func:`advise`).
 
-Pure Python: no NVML, no Ansible. The demand is hourly: for each MIG resource (``nvidia.com/mig-<profile>``,
+Pure Python: no NVML, no Ansible. The demand is hourly: for each GPU resource (``nvidia.com/mig-<profile>``,
 ``nvidia.com/gpu``) the devices requested by running and pending pods, averaged over each hour of each day of
-the window (:func:`demand_from_samples` reads a Prometheus ``query_range`` matrix, :func:`demand_from_requests` a
-recorded request list). Per GPU model the advisor
+the window, read and checked by _advice_demand (which also counts what becomes of every request read). A resource
+name several models offer is served by all of them (:func:`_residual`). Per GPU model the advisor
 
 - builds the layouts one GPU can hold from the model's own geometry (every fitting, maximal mix of its plain
   profiles with demand, checked by _mig_geometry.best_rearrangement: placements, max counts, media rules), and a
@@ -33,12 +33,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import dataclasses
-import re
 import statistics
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import AdvisorError, Tally, tally
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import WHOLE_GPU, profile_of_resource, resource_of_profile
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
@@ -51,114 +50,7 @@ DEFAULT_MAX_SWITCHES = 2
 # A GPU layout of one whole GPU, MIG disabled: what serves nvidia.com/gpu on a node of the mixed strategy.
 MIG_DISABLED = 'mig-disabled'
 ADVISED_PREFIX = 'advised-'
-_NOT_LABEL = re.compile(r'[^a-zA-Z0-9_]')
 _EPSILON = 1e-6
-
-
-class AdvisorError(GpufleetError, ValueError):
-    """Input the advisor cannot use: the message says which and why, in one line."""
-
-
-def sanitized(resource):
-    """A resource name as kube-state-metrics writes it in its ``resource`` label (its internal/store/pod.go passes
-    every resource name through promutil.SanitizeLabelName: each character outside [a-zA-Z0-9_] becomes ``_``)."""
-    return _NOT_LABEL.sub('_', resource)
-
-
-# ---- the demand -------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Demand:
-    """Devices requested per resource, by day of the window and hour of the day: ``hourly[resource][day][hour]``;
-    ``weights``: requests per device-hour of each resource (a pod holding a 7g three hours counts as much as one
-    holding a 1g forty minutes: placed requests, not device-hours, are what the advice maximises); a resource
-    without one counts its device-hours."""
-    days: int
-    hourly: Dict[str, Tuple[Tuple[float, ...], ...]]
-    weights: Optional[Dict[str, float]] = None
-
-    def at(self, resource, day, hour):
-        rows = self.hourly.get(resource)
-        return rows[day][hour] if rows else 0.0
-
-    def resources(self):
-        return sorted(r for r in self.hourly if any(any(row) for row in self.hourly[r]))
-
-
-def _demand_of(days, table, requests=None):
-    """The Demand; ``requests``: {resource: requests seen in the window}, whence each resource's weight."""
-    if days < 1:
-        raise AdvisorError('the demand covers no whole day: at least 24 hours are needed to advise a daily schedule')
-    weights = {}
-    for resource, count in (requests or {}).items():
-        device_hours = sum(sum(row) for row in table.get(resource, []))
-        if device_hours > 0 and count > 0:
-            weights[resource] = float(count) / device_hours
-    return Demand(days, dict((r, tuple(tuple(table[r][d]) for d in range(days))) for r in table), weights)
-
-
-def demand_from_samples(series, resource_names, start, requests=None):
-    """A Prometheus ``query_range`` result (``data.result``: [{'metric': {'resource': ...}, 'values': [[t, 'v']]}])
-    of hourly averages, each stamped at the end of its hour -> :class:`Demand`. ``resource_names``: the resources the fleet serves (their sanitised
-    label is matched back to them); ``start``: the window's first second (UTC midnight); ``requests``: the
-    ``query`` result counting the requests of each resource in the window (weights), if read. A series of a
-    resource no GPU of the fleet offers is left out; a value that is not a number is an error."""
-    by_label = dict((sanitized(name), name) for name in resource_names)
-    table = {}
-    last = start
-    for item in series:
-        label = (item.get('metric') or {}).get('resource')
-        resource = by_label.get(label, label if label in resource_names else None)
-        for stamp, value in item.get('values') or []:
-            try:
-                stamp, value = float(stamp), float(value)
-            except (TypeError, ValueError):
-                raise AdvisorError('Prometheus sample %r of resource %s is not a number' % ([stamp, value], label))
-            if stamp - 3600 < start or resource is None:
-                continue
-            # each value is the average over the hour that ends at its stamp (avg_over_time(...[1h:5m]))
-            offset = int((stamp - 3600 - start) // 3600)
-            last = max(last, stamp)
-            day, hour = divmod(offset, HOURS)
-            table.setdefault(resource, {}).setdefault(day, [0.0] * HOURS)[hour] += value
-    days = int((last - 3600 - start) // (HOURS * 3600)) + (1 if table else 0)
-    counts = {}
-    for item in requests or []:
-        label = (item.get('metric') or {}).get('resource')
-        resource = by_label.get(label)
-        try:
-            count = float((item.get('value') or [0, 'x'])[1])
-        except (TypeError, ValueError):
-            raise AdvisorError('Prometheus request count %r of resource %s is not a number' % (item.get('value'), label))
-        if resource is not None:
-            counts[resource] = counts.get(resource, 0.0) + count
-    return _demand_of(days, dict((r, [rows.get(d, [0.0] * HOURS) for d in range(days)]) for r, rows in table.items()), counts)
-
-
-def demand_from_requests(requests, days):
-    """Recorded requests [{'arrival': s, 'hold': s, 'resource': name, 'devices': n}] (seconds from the window's
-    first midnight; the format benchmarks/advisor.py writes from benchmarks/demand.py's request stream) -> the
-    devices requested, averaged over each hour, as Prometheus' hourly averages would show them."""
-    table = {}
-    counts = {}
-    end = days * HOURS * 3600.0
-    for number, request in enumerate(requests):
-        try:
-            arrival, hold = float(request['arrival']), float(request['hold'])
-            resource, devices = request['resource'], float(request.get('devices', 1))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AdvisorError('recorded request %d needs a numeric arrival and hold and a resource: %s' % (number, exc))
-        if hold < 0 or arrival < 0:
-            raise AdvisorError('recorded request %d has a negative arrival or hold' % number)
-        rows = table.setdefault(resource, [[0.0] * HOURS for dummy in range(days)])
-        counts[resource] = counts.get(resource, 0) + (1 if arrival < end else 0)
-        begin, finish = arrival, min(arrival + hold, end)
-        while begin < finish:
-            slot = int(begin // 3600)
-            upto = min(finish, (slot + 1) * 3600.0)
-            rows[slot // HOURS][slot % HOURS] += devices * (upto - begin) / 3600.0
-            begin = upto
-    return _demand_of(days, table, counts)
 
 
 # ---- one model's GPUs and layouts ------------------------------------------------------------------------------
@@ -345,6 +237,8 @@ class ModelAdvice:
     current_by_day: Tuple[float, ...]
     requested_by_day: Tuple[float, ...]
     reasons: Tuple[str, ...]
+    hourly: Tuple[FleetLayout, ...] = ()
+    current_hourly: Tuple[FleetLayout, ...] = ()
 
     def gains(self):
         return [a - c for a, c in zip(self.placed_by_day, self.current_by_day)]
@@ -360,25 +254,70 @@ class ModelAdvice:
                 'reasons': list(self.reasons)}
 
 
-def _split_demand(demand, fleets):
-    """{model: [[{resource: devices} per hour] per day]}: a resource offered by several models (1g.10gb on A100-80GB
-    and H100) is shared among them by their GPU count; a resource nobody offers is counted nowhere."""
-    offered_by = {}
-    for fleet in fleets:
-        for resource in fleet.resources():
-            offered_by.setdefault(resource, []).append(fleet)
-    split = dict((f.model, [[{} for dummy in range(HOURS)] for dummy2 in range(demand.days)]) for f in fleets)
+def _own_demand(demand, fleet):
+    """[[{resource: devices} per hour] per day]: all the demand for the resources the model offers (a name several
+    models offer, nvidia.com/mig-1g.10gb on the A100-80GB and the H100, is the whole demand for each of them until
+    :func:`_residual` takes off what the others serve)."""
+    mine = set(fleet.resources())
+    days = [[{} for dummy in range(HOURS)] for dummy2 in range(demand.days)]
     for resource in demand.resources():
-        owners = offered_by.get(resource, [])
-        total = sum(f.hosts * f.gpus_per_host for f in owners)
-        for fleet in owners:
-            share = float(fleet.hosts * fleet.gpus_per_host) / total
+        if resource in mine:
             for day in range(demand.days):
                 for hour in range(HOURS):
-                    value = demand.at(resource, day, hour) * share
+                    value = demand.at(resource, day, hour)
                     if value:
-                        split[fleet.model][day][hour][resource] = value
-    return split
+                        days[day][hour][resource] = value
+    return days
+
+
+def _residual(own, others_hourly):
+    """``own`` less, each hour, what the other models offer of the same names (``others_hourly``: [{resource:
+    devices} per hour of the day]): the fewer of requested and offered over all models, min(d, o + m), is
+    min(d, o) + min(d - o, m), so the model placing the rest places exactly what it adds to the others."""
+    if not others_hourly:
+        return own
+    result = []
+    for day in own:
+        rows = []
+        for hour, wanted in enumerate(day):
+            left = {}
+            for resource, devices in wanted.items():
+                rest = devices - sum(offers[hour].get(resource, 0) for offers in others_hourly)
+                if rest > _EPSILON:
+                    left[resource] = rest
+            rows.append(left)
+        result.append(rows)
+    return result
+
+
+def fleet_day_placed(demand, fleets, hourly_by_model, switch_fraction, served):
+    """Requests placed on each day by all models together (the fewer of requested and offered over every model that
+    offers the name), for the resources ``served``, each model under its daily schedule ``hourly_by_model[model]``
+    (a FleetLayout an hour): in the hour a model's layout changes only the instances both layouts share serve for
+    ``switch_fraction`` of it."""
+    offers = dict((f.model, [layout.offered(f) for layout in hourly_by_model[f.model]]) for f in fleets)
+    steady, during = [], []
+    for hour in range(HOURS):
+        now, switching = {}, {}
+        for fleet in fleets:
+            mine = offers[fleet.model]
+            kept = mine[hour] if hourly_by_model[fleet.model][hour].same_as(hourly_by_model[fleet.model][hour - 1]) \
+                else _shared(mine[hour - 1], mine[hour])
+            for resource, devices in mine[hour].items():
+                now[resource] = now.get(resource, 0) + devices
+            for resource, devices in kept.items():
+                switching[resource] = switching.get(resource, 0) + devices
+        steady.append(now)
+        during.append(switching)
+    result = []
+    for day in range(demand.days):
+        total = 0.0
+        for hour in range(HOURS):
+            requested = dict((r, demand.at(r, day, hour)) for r in served)
+            total += (switch_fraction * placed(requested, during[hour], demand.weights)
+                      + (1.0 - switch_fraction) * placed(requested, steady[hour], demand.weights))
+        result.append(total)
+    return result
 
 
 def day_placed(days, hourly_layouts, fleet, switch_fraction, weights=None):
@@ -551,7 +490,7 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
         reasons.append(_reason(hour, layout, end if len(periods) > 1 else (hour + HOURS) % HOURS or HOURS,
                                list(current.values()), fleet, gains, left))
     return ModelAdvice(fleet.model, tuple(periods), switches, tuple(placed_by_day), tuple(current_by_day),
-                       tuple(requested_by_day), tuple(reasons))
+                       tuple(requested_by_day), tuple(reasons), tuple(advised_hourly), tuple(current_hourly))
 
 
 @dataclass(frozen=True)
@@ -559,6 +498,23 @@ class Advice:
     """The fleet's advice: one :class:`ModelAdvice` per model, the advised catalog and its daily switches."""
     models: Tuple[ModelAdvice, ...]
     fleets: Tuple[ModelFleet, ...]
+    tally: Optional[Tally] = None
+    placed_by_day: Tuple[float, ...] = ()
+    current_by_day: Tuple[float, ...] = ()
+
+    def summary(self):
+        """What became of every request read, and what the fleet places under the current catalog and the advice:
+        lines whose figures add up to the requests read."""
+        lines = self.tally.lines()
+        placed, current = sum(self.placed_by_day), sum(self.current_by_day)
+        served = self.tally.served()
+        gains = [a - c for a, c in zip(self.placed_by_day, self.current_by_day)]
+        lines.append('of the %d the fleet can place, over %d days (hourly estimate): the current catalog places %.1f and '
+                     'leaves %.1f unplaced, the advice places %.1f and leaves %.1f unplaced (no free instance of their '
+                     'profile while they are asked for); gain a day min/median/max %+.1f/%+.1f/%+.1f'
+                     % (served, len(self.placed_by_day), current, served - current, placed, served - placed,
+                        min(gains), statistics.median(gains), max(gains)))
+        return lines
 
     def switch_hours(self):
         return sorted(set(hour for advice in self.models for hour, dummy in advice.periods))
@@ -591,6 +547,8 @@ class Advice:
 
     def as_dict(self):
         return {'models': [m.as_dict() for m in self.models], 'switch_hours': self.switch_hours(),
+                'requests': self.tally.as_dict(), 'summary': self.summary(),
+                'placed': round(sum(self.placed_by_day), 1), 'current_placed': round(sum(self.current_by_day), 1),
                 'awx_layout_switches': self.awx_switches(), 'catalog': self.document()}
 
 
@@ -626,7 +584,11 @@ def _entries(fleet, layout):
 
 def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0):
     """The :class:`Advice` for ``demand`` (:class:`Demand`) on ``fleets`` ([ModelFleet]), against the current catalog
-    ``configs`` (validated mig-configs) run on ``current_schedule`` (((hour, layout name), ...), daily)."""
+    ``configs`` (validated mig-configs) run on ``current_schedule`` (((hour, layout name), ...), daily).
+
+    A resource name several models offer is served by all of them: each model is advised for what the others'
+    advised layouts leave of it (:func:`_residual`), model by model, and once more round the models so that the
+    first advised sees what the later ones took. Refused when no request read is one the fleet can place."""
     if isinstance(max_switches, bool) or not isinstance(max_switches, int) or max_switches < 0:
         raise AdvisorError('max switches a day must be a whole number of at least 0, got %r' % (max_switches,))
     if isinstance(switch_seconds, bool) or not isinstance(switch_seconds, (int, float)) or not 0 <= switch_seconds <= 3600:
@@ -637,9 +599,28 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
         if fleet.hosts < 1 or fleet.gpus_per_host < 1 or not fleet.gpu.profiles:
             raise AdvisorError('%s: needs at least one host, one GPU a host and its MIG profiles' % fleet.model)
     schedule = check_schedule(current_schedule)
-    split = _split_demand(demand, fleets)
-    models = tuple(advise_model(f, split[f.model], configs, schedule, max_switches, switch_seconds, demand.weights) for f in fleets)
-    return Advice(models, tuple(fleets))
+    offered_by = {}
+    for fleet in fleets:
+        for resource in fleet.resources():
+            offered_by.setdefault(resource, []).append(fleet.model)
+    counted = tally(demand, offered_by)
+    if not counted.served():
+        raise AdvisorError('no request read is one the fleet can place, nothing to advise: %s' % '; '.join(counted.lines()))
+    own = dict((f.model, _own_demand(demand, f)) for f in fleets)
+    shared = any(len(offered_by.get(r, ())) > 1 for r in demand.resources())
+    advised = {}
+    for dummy in range(2 if shared else 1):
+        for fleet in fleets:
+            others = [[layout.offered(f) for layout in advised[f.model].hourly] for f in fleets
+                      if f is not fleet and f.model in advised]
+            advised[fleet.model] = advise_model(fleet, _residual(own[fleet.model], others), configs, schedule, max_switches,
+                                                switch_seconds, demand.weights)
+    models = tuple(advised[f.model] for f in fleets)
+    fraction = min(1.0, max(0.0, float(switch_seconds) / 3600.0))
+    served = sorted(r for r in demand.resources() if r in offered_by)
+    fleet_placed = fleet_day_placed(demand, fleets, dict((m.model, m.hourly) for m in models), fraction, served)
+    fleet_current = fleet_day_placed(demand, fleets, dict((m.model, m.current_hourly) for m in models), fraction, served)
+    return Advice(models, tuple(fleets), counted, tuple(fleet_placed), tuple(fleet_current))
 
 
 # ---- the playbook's inputs -------------------------------------------------------------------------------------------
@@ -688,13 +669,3 @@ def schedule_from_switches(switches):
             raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
         schedule.append((hour, name))
     return check_schedule(tuple(schedule))
-
-
-def demand_from_document(document):
-    """A recorded demand file ({'days': N, 'requests': [...]}, see :func:`demand_from_requests`) -> Demand."""
-    if not isinstance(document, dict) or not isinstance(document.get('requests'), list):
-        raise AdvisorError('a recorded demand file holds {days: N, requests: [{arrival, hold, resource}]}')
-    days = document.get('days')
-    if isinstance(days, bool) or not isinstance(days, int):
-        raise AdvisorError('a recorded demand file must say how many days it covers (days: N), got %r' % (days,))
-    return demand_from_requests(document['requests'], days)

@@ -10,8 +10,10 @@ __metaclass__ = type
 import os
 
 import pytest
+from hypothesis import given, settings, strategies as st
 import yaml
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _advice_demand as demand_input
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _layout_advisor as advisor
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
@@ -38,8 +40,8 @@ def a100(gpus=1, hosts=1):
 def demand(by_hour, days=3):
     """{hour: {resource: devices}} the same every day -> Demand."""
     resources = set(r for wanted in by_hour.values() for r in wanted)
-    return advisor.Demand(days, dict((r, tuple(tuple(by_hour.get(h, {}).get(r, 0.0) for h in range(24)) for dummy in range(days)))
-                                     for r in resources))
+    return demand_input.Demand(days, dict((r, tuple(tuple(by_hour.get(h, {}).get(r, 0.0) for h in range(24)) for dummy in range(days)))
+                                          for r in resources))
 
 
 def alternating(phases):
@@ -169,7 +171,7 @@ def test_the_schedule_s_value_is_what_the_days_place():
     fleet = a100(gpus=1)
     seven = advisor.FleetLayout(((('7g.80gb', 1),),))
     mixed = advisor.FleetLayout(((('1g.10gb', 4), ('3g.40gb', 1)),))
-    split = advisor._split_demand(alternating(4), [fleet])[A100]
+    split = advisor._own_demand(alternating(4), fleet)
     for fraction, expected in ((0.0, 2 * 5 + 2 * 20), (0.5, 2 * 4.5 + 2 * 18)):
         value, switches, hourly = advisor._best_schedule([mixed, seven], split, fleet, fraction, 4)
         assert (value, switches) == (pytest.approx(3 * expected), 4)
@@ -183,56 +185,10 @@ def test_the_schedule_s_value_is_what_the_days_place():
     ones = advisor.FleetLayout(((('1g.10gb', 7),),))
     wanted = dict((h, {ONE: 4.0, 'nvidia.com/mig-3g.40gb': 1.0} if h < 11 else {ONE: 7.0}) for h in range(24))
     wanted[11] = wanted[23] = {ONE: 4.0}
-    split = advisor._split_demand(demand(wanted), [fleet])[A100]
+    split = advisor._own_demand(demand(wanted), fleet)
     value, switches, hourly = advisor._best_schedule([mixed, ones], split, fleet, 1.0, 2)
     assert (value, switches) == (pytest.approx(3 * (58 + 78)), 2)
     assert [hour for hour in range(24) if hourly[hour] != hourly[hour - 1]] == [0, 12]
-
-
-# ---- the demand read ----------------------------------------------------------------------------------------------------
-
-def test_recorded_requests_are_averaged_over_each_hour():
-    wanted = advisor.demand_from_requests([{'arrival': 1800, 'hold': 3600, 'resource': ONE},
-                                           {'arrival': 86400 + 7200, 'hold': 1800, 'resource': SEVEN, 'devices': 2}], 2)
-    assert wanted.hourly[ONE][0][:3] == (0.5, 0.5, 0.0)
-    assert wanted.hourly[SEVEN][1][2] == 1.0
-    # placed requests, not device-hours: one request per device-hour of 1g, one per device-hour of 7g here
-    assert wanted.weights == {ONE: 1.0, SEVEN: 1.0}
-    longer = advisor.demand_from_requests([{'arrival': 0, 'hold': 4 * 3600, 'resource': SEVEN}], 1)
-    assert longer.weights == {SEVEN: 0.25}
-    with pytest.raises(advisor.AdvisorError, match='recorded request 0'):
-        advisor.demand_from_requests([{'arrival': 'x', 'hold': 1, 'resource': ONE}], 1)
-    with pytest.raises(advisor.AdvisorError, match='no whole day'):
-        advisor.demand_from_requests([], 0)
-
-
-def test_prometheus_series_are_matched_back_from_sanitised_labels():
-    # each value stamped at the end of its hour: 26 h is day 1, hour 1; 4 h is day 0, hour 3; 0 h is before the window
-    series = [{'metric': {'resource': 'nvidia_com_mig_1g_10gb'}, 'values': [[3600 * 26, '2'], [3600 * 4, '1.5'], [0, '9']]},
-              {'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[3600, '1']]},
-              {'metric': {'resource': 'nvidia_com_mig_9g_99gb'}, 'values': [[3600, '5']]}]
-    wanted = advisor.demand_from_samples(series, [ONE, 'nvidia.com/gpu'], 0)
-    assert wanted.days == 2
-    assert wanted.hourly[ONE][1][1] == 2.0 and wanted.hourly[ONE][0][3] == 1.5
-    assert wanted.hourly['nvidia.com/gpu'][0][0] == 1.0
-    assert 'nvidia.com/mig-9g.99gb' not in wanted.hourly and 'nvidia_com_mig_9g_99gb' not in wanted.hourly
-    assert wanted.weights == {}
-    counted = advisor.demand_from_samples(series, [ONE, 'nvidia.com/gpu'], 0,
-                                          [{'metric': {'resource': 'nvidia_com_mig_1g_10gb'}, 'value': [0, '7']}])
-    assert counted.weights == {ONE: 2.0}    # 7 requests over 3.5 device-hours
-    with pytest.raises(advisor.AdvisorError, match='not a number'):
-        advisor.demand_from_samples([{'metric': {'resource': 'nvidia_com_gpu'}, 'values': [[3600, 'NaNx']]}], ['nvidia.com/gpu'], 0)
-
-
-def test_sanitised_as_kube_state_metrics_writes_it():
-    assert advisor.sanitized('nvidia.com/mig-1g.10gb+me') == 'nvidia_com_mig_1g_10gb_me'
-
-
-def test_demand_shared_by_two_models_is_split_by_gpu_count():
-    h100 = advisor.ModelFleet('H100-SXM5-80GB', model_gpu('H100-SXM5-80GB'), 1, 3)
-    split = advisor._split_demand(demand({0: {ONE: 8.0}}, days=1), [a100(gpus=1), h100])
-    assert split[A100][0][0] == {ONE: 2.0}
-    assert split['H100-SXM5-80GB'][0][0] == {ONE: 6.0}
 
 
 # ---- what it writes --------------------------------------------------------------------------------------------------
@@ -302,15 +258,6 @@ def test_schedule_from_awx_switches():
             advisor.schedule_from_switches(bad)
 
 
-def test_recorded_demand_document():
-    wanted = advisor.demand_from_document({'days': 1, 'requests': [{'arrival': 0, 'hold': 7200, 'resource': ONE}]})
-    assert wanted.hourly[ONE][0][:3] == (1.0, 1.0, 0.0)
-    with pytest.raises(advisor.AdvisorError, match='days'):
-        advisor.demand_from_document({'requests': []})
-    with pytest.raises(advisor.AdvisorError, match='recorded demand file'):
-        advisor.demand_from_document([])
-
-
 def test_entries_name_the_model_s_own_device_indices(shipped):
     # an A100 at indices 2 and 3 of a host whose first two GPUs are of another model
     fleet = advisor.ModelFleet(A100, model_gpu(A100), 1, 2, (2, 3))
@@ -322,11 +269,11 @@ def test_entries_name_the_model_s_own_device_indices(shipped):
 
 def test_placed_requests_favour_short_holds_under_the_same_devices(shipped):
     # one device of 1g asked by many short pods and one of 7g by a long one: with weights the 1g wins the GPU
-    wanted = advisor.Demand(1, {ONE: ((7.0,) * 24,), SEVEN: ((1.0,) * 24,)}, {ONE: 3.0, SEVEN: 0.1})
+    wanted = demand_input.Demand(1, {ONE: ((7.0,) * 24,), SEVEN: ((1.0,) * 24,)}, {ONE: 3.0, SEVEN: 0.1})
     model = advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),)).models[0]
     assert model.periods[0][1].slots == ((('1g.10gb', 7),),)
     assert model.placed_by_day == (pytest.approx(24 * 7 * 3.0),)
-    flipped = advisor.Demand(1, {ONE: ((7.0,) * 24,), SEVEN: ((1.0,) * 24,)}, {ONE: 0.1, SEVEN: 3.0})
+    flipped = demand_input.Demand(1, {ONE: ((7.0,) * 24,), SEVEN: ((1.0,) * 24,)}, {ONE: 0.1, SEVEN: 3.0})
     assert advisor.advise(flipped, [a100()], shipped, ((0, 'all-balanced'),)).models[0].periods[0][1].slots == ((('7g.80gb', 1),),)
 
 
@@ -379,15 +326,66 @@ def test_a_current_layout_without_mig_is_a_whole_gpu(shipped):
     assert advisor.current_layout(shipped, 'all-disabled', a100(gpus=2)).slots == (((advisor.MIG_DISABLED, 1),),) * 2
 
 
-def test_recorded_requests_outside_the_window_or_negative_are_refused_or_not_counted():
-    with pytest.raises(advisor.AdvisorError, match='negative'):
-        advisor.demand_from_requests([{'arrival': 0, 'hold': -1, 'resource': ONE}], 1)
-    # a request arriving after the window asks for nothing in it and is not one of its requests
-    wanted = advisor.demand_from_requests([{'arrival': 0, 'hold': 3600, 'resource': ONE},
-                                           {'arrival': 86400 + 5, 'hold': 3600, 'resource': ONE}], 1)
-    assert wanted.weights == {ONE: 1.0}
-
-
 def test_a_schedule_naming_an_hour_twice_is_refused(shipped):
     with pytest.raises(advisor.AdvisorError, match='distinct whole hours'):
         advisor.advise(alternating(2), [a100()], shipped, ((8, 'daytime'), (8, 'nighttime')))
+
+
+# ---- every request accounted for --------------------------------------------------------------------------------------
+
+A100_40 = 'A100-SXM4-40GB'
+H100 = 'H100-SXM5-80GB'
+
+
+def test_a_name_two_models_offer_is_served_by_both(shipped):
+    # nvidia.com/mig-1g.10gb is the H100's 1g and the A100-40GB's two-memory 1g: 56 of it and 56 x 1g.5gb fill both
+    # models exactly (seven 1g.5gb on each A100, seven 1g.10gb on each H100); shared by GPU count, the A100s were
+    # given half the 1g.10gb and lost 1g.5gb for it
+    fleets = [advisor.ModelFleet(A100_40, model_gpu(A100_40), 2, 4), advisor.ModelFleet(H100, model_gpu(H100), 2, 4)]
+    wanted = demand(dict((h, {'nvidia.com/mig-1g.5gb': 56.0, ONE: 56.0}) for h in range(24)), days=1)
+    advice = advisor.advise(wanted, fleets, shipped, ((0, 'all-balanced'),))
+    layouts = dict((m.model, m.periods[0][1].slots) for m in advice.models)
+    assert layouts[A100_40] == ((('1g.5gb', 7),),) * 4
+    assert layouts[H100] == ((('1g.10gb', 7),),) * 4
+    assert advice.placed_by_day == (pytest.approx(24 * 112),)
+
+
+def test_demand_no_gpu_of_the_fleet_can_host_is_refused(shipped):
+    # a GH200's 1g.12gb on an A100 fleet: nothing to advise, said why, rather than a catalog that serves nothing
+    wanted = demand_input.demand_from_requests([{'arrival': 0, 'hold': 3600, 'resource': 'nvidia.com/mig-1g.12gb'}], 1)
+    with pytest.raises(advisor.AdvisorError, match='no request read is one the fleet can place.*unhostable.*nvidia.com/mig-1g.12gb 1'):
+        advisor.advise(wanted, [a100()], shipped, ((0, 'all-balanced'),))
+
+
+def test_the_summary_accounts_for_every_request_read(shipped):
+    requests = [{'arrival': 3600.0 * h, 'hold': 1800, 'resource': SEVEN} for h in range(24)]
+    requests += [{'arrival': 0, 'hold': 60, 'resource': 'nvidia.com/mig-1g.12gb'},
+                 {'arrival': 0, 'hold': 60, 'resource': 'nvidia_com_mig_1g_10gb'},
+                 {'arrival': 90000, 'hold': 60, 'resource': SEVEN}]
+    advice = advisor.advise(demand_input.demand_from_requests(requests, 1), [a100()], shipped, ((0, 'all-balanced'),))
+    lines = advice.summary()
+    assert lines[0] == ('requests read: 27 = 24 a MIG profile of the fleet serves + 0 whole-GPU + 2 unhostable + 0 unknown '
+                        'name + 1 outside the window')
+    assert 'nvidia.com/mig-1g.12gb 1' in lines[1] and 'nvidia_com_mig_1g_10gb 1' in lines[1]
+    # all-balanced has no 7g: the current catalog places none of the 24, the advice all of them
+    assert lines[-1].startswith('of the 24 the fleet can place, over 1 days (hourly estimate): the current catalog places 0.0 '
+                                'and leaves 24.0 unplaced, the advice places 24.0 and leaves 0.0 unplaced')
+    assert advice.as_dict()['requests']['unhostable'] == {'nvidia.com/mig-1g.12gb': 1, 'nvidia_com_mig_1g_10gb': 1}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from((ONE, SEVEN, 'nvidia.com/mig-3g.40gb', 'nvidia.com/gpu', 'nvidia.com/mig-1g.12gb')),
+                          st.floats(0, 86400 * 1.2), st.floats(60, 6 * 3600)), min_size=1, max_size=30))
+def test_placed_and_unplaced_add_up_to_what_the_fleet_can_place(shipped, drawn):
+    requests = [{'arrival': arrival, 'hold': hold, 'resource': name} for name, arrival, hold in drawn]
+    wanted = demand_input.demand_from_requests(requests, 1)
+    try:
+        advice = advisor.advise(wanted, [a100(gpus=2)], shipped, ((0, 'all-balanced'),), switch_seconds=35)
+    except advisor.AdvisorError as exc:
+        assert 'no request read is one the fleet can place' in str(exc)
+        assert all(name == 'nvidia.com/mig-1g.12gb' or arrival >= 86400 for name, arrival, dummy in drawn)
+        return
+    served = advice.tally.served()
+    assert served == sum(1 for name, arrival, dummy in drawn if arrival < 86400 and name != 'nvidia.com/mig-1g.12gb')
+    for figure in (advice.placed_by_day[0], advice.current_by_day[0]):
+        assert -1e-6 <= figure <= served + 1e-6
