@@ -16,8 +16,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_dema
     demand_from_document,
     demand_from_samples,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_replay import DEFAULT_PATIENCE_MINUTES
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import (
+    DEFAULT_FORKS,
     DEFAULT_MAX_SWITCHES,
+    DEFAULT_MIN_GAIN,
     advise,
     fleets_from_facts,
     schedule_from_switches,
@@ -25,10 +28,13 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advi
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, validate_configs
 
 
-def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0, requests=None):
-    """The advice (planning/_layout_advisor.Advice.as_dict) for ``demand``: a Prometheus query_range matrix of
+def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0, requests=None,
+                      serial=1, forks=DEFAULT_FORKS, min_gain=DEFAULT_MIN_GAIN, patience_minutes=DEFAULT_PATIENCE_MINUTES):
+    """The advice (planning/_advice_output.Advice.as_dict) for ``demand``: a Prometheus query_range matrix of
     hourly averages (``data.result``) or a recorded demand file ({days, requests}); ``requests``: Prometheus' count
-    of requests per resource over the window (``data.result`` of an instant query), whence placed requests."""
+    of requests per resource over the window (``data.result`` of an instant query), whence placed requests;
+    ``serial``, ``forks``, ``switch_seconds`` (a host's): the rollout a switch costs; ``min_gain``: the share more
+    than the best single layout a schedule must place in the replay; ``patience_minutes``: the requests'."""
     try:
         fleets, left_out = fleets_from_facts(hosts)
         resources = sorted(set(r for fleet in fleets for r in fleet.resources()))
@@ -40,7 +46,8 @@ def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEF
             raise AdvisorError('the demand must be a Prometheus query_range result (data.result: [{metric, values}]) or a '
                                'recorded demand file ({days, requests}), got %s' % _shape(demand))
         current_configs = validate_configs(configs)
-        advice = advise(recorded, fleets, current_configs, schedule_from_switches(current), max_switches, switch_seconds)
+        advice = advise(recorded, fleets, current_configs, schedule_from_switches(current), max_switches, switch_seconds,
+                        serial, forks, min_gain, patience_minutes)
     except (AdvisorError, LayoutConfigError) as exc:
         raise AnsibleFilterError('mig_layout_advice: %s' % exc)
     result = advice.as_dict()

@@ -125,6 +125,8 @@ def advise(url, end, root, name):
     run = run_playbook(PLAYBOOK, inventory='localhost,', extravars=extravars, envvars=ansible_environment(), project_dir=REPO,
                        timeout=300)
     assert run.rc == 0, run.describe()
+    if not catalog.exists() and not awx.exists():
+        return run, None, None
     with open(str(catalog)) as handle, open(str(awx)) as awx_handle:
         return run, yaml.safe_load(handle), yaml.safe_load(awx_handle)
 
@@ -149,6 +151,12 @@ def test_the_advice_read_from_prometheus_places_at_least_what_the_shipped_catalo
     # the whole week came back from Prometheus, for every model
     assert advice['days'] == DAYS and len(advice['models']) == len(demand.MODELS)
     assert all(model['requested'] > 0 for model in advice['models'])
+    print('%s week: %s' % (week, ' | '.join(advice['summary'])))
+    if not strictly:
+        # all-balanced already serves this week: the replay finds nothing better, the advice is to keep it, and
+        # no file is written
+        assert advice['keep_current'] and document is None and awx is None
+        return
     # the written catalog keeps the shipped layouts beside the advised ones, and the AWX switches name them
     assert {'all-balanced', 'daytime', 'nighttime'} <= set(document['mig-configs'])
     assert [s['layout'] for s in awx['awx_layout_switches']] == ['advised-%02d00' % h for h in advice['switch_hours']]

@@ -55,6 +55,30 @@ class Demand:
     weights: Optional[Dict[str, float]] = None
     requests: Optional[Dict[str, int]] = None
     outside: int = 0
+    stream: Optional[Tuple[Tuple[float, float, str, int], ...]] = None
+
+    def whole_requests(self, resources):
+        """The requests of ``resources`` to replay, [(arrival s, hold s, resource, devices)] in arrival order: the
+        recorded ones; from Prometheus' hourly averages, a stream with the same averages: each resource's requests
+        held 1 / (requests per device-hour) hours, arriving evenly over each hour as many as Little's law gives
+        (averaged devices / hold), a resource without a request count held an hour."""
+        if self.stream is not None:
+            return [r for r in self.stream if r[2] in resources]
+        result = []
+        for resource in sorted(resources):
+            rows = self.hourly.get(resource)
+            if not rows:
+                continue
+            hold = 1.0 / (self.weights or {}).get(resource, 1.0)
+            owed = 0.0
+            for day, row in enumerate(rows):
+                for hour, devices in enumerate(row):
+                    owed += devices / hold
+                    arrivals = int(owed + 1e-9)
+                    owed -= arrivals
+                    for number in range(arrivals):
+                        result.append(((day * HOURS + hour + (number + 0.5) / arrivals) * 3600.0, hold * 3600.0, resource, 1))
+        return sorted(result)
 
     def at(self, resource, day, hour):
         rows = self.hourly.get(resource)
@@ -68,7 +92,7 @@ class Demand:
         return sum((self.requests or {}).values()) + self.outside
 
 
-def _demand_of(days, table, requests=None, outside=0):
+def _demand_of(days, table, requests=None, outside=0, stream=None):
     """The Demand; ``requests``: {resource: requests seen in the window}, whence each resource's weight."""
     if isinstance(days, bool) or not isinstance(days, int) or days < 1:
         raise AdvisorError('the demand covers no whole day: at least 24 hours are needed to advise a daily schedule')
@@ -78,7 +102,7 @@ def _demand_of(days, table, requests=None, outside=0):
         if device_hours > 0 and count > 0:
             weights[resource] = float(count) / device_hours
     return Demand(days, dict((r, tuple(tuple(table[r][d]) for d in range(days))) for r in table), weights,
-                  dict((r, int(round(n))) for r, n in (requests or {}).items()), outside)
+                  dict((r, int(round(n))) for r, n in (requests or {}).items()), outside, stream)
 
 
 def _number(value, what):
@@ -154,6 +178,7 @@ def demand_from_requests(requests, days):
     table = {}
     counts = {}
     outside = 0
+    stream = []
     end = days * HOURS * 3600.0
     for number, request in enumerate(requests):
         if not isinstance(request, dict):
@@ -176,13 +201,14 @@ def demand_from_requests(requests, days):
             continue
         rows = table.setdefault(resource, [[0.0] * HOURS for dummy in range(days)])
         counts[resource] = counts.get(resource, 0) + 1
+        stream.append((arrival, hold, resource, int(devices)))
         begin, finish = arrival, min(arrival + hold, end)
         while begin < finish:
             slot = int(begin // 3600)
             upto = min(finish, (slot + 1) * 3600.0)
             rows[slot // HOURS][slot % HOURS] += devices * (upto - begin) / 3600.0
             begin = upto
-    return _demand_of(days, table, counts, outside)
+    return _demand_of(days, table, counts, outside, tuple(sorted(stream)))
 
 
 def demand_from_document(document):

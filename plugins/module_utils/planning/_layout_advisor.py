@@ -23,9 +23,13 @@ name several models offer is served by all of them (:func:`_residual`). Per GPU 
 - proposes a switch only where the instances busy at that hour are ones the new layout has too
   (:func:`switch_realisable`): the in-place switch keeps held instances and does not come back for the rest.
 
-Placed devices in an hour: for each resource, min(devices requested, devices the layout offers). A switch costs its
-measured time: during the first ``switch_seconds`` of the hour it happens only the instances both layouts share
-serve (held instances are kept, nothing new exists yet), the new layout the rest of the hour.
+Placed devices in an hour (the fluid model that builds the candidates): for each resource, min(devices requested,
+devices the layout offers). A switch costs the fleet's rollout: during that part of the hour only the instances both
+layouts share serve (held instances are kept, nothing new exists yet), the new layout the rest of the hour.
+
+:func:`advise` builds two candidates, the best single layout and the best schedule, and judges them and the current
+catalog by replaying the whole requests (_advice_replay): the schedule is advised only where the replay shows that it
+pays by more than a threshold.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -35,21 +39,27 @@ __metaclass__ = type
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Tuple
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import AdvisorError, Tally, tally
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import AdvisorError, tally
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_output import (
+    MIG_DISABLED,
+    Advice,
+    Judgement,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_replay import DEFAULT_PATIENCE_MINUTES, Rollout, replay
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import WHOLE_GPU, profile_of_resource, resource_of_profile
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances, shape_name
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, best_rearrangement
 
 HOURS = 24
 DEFAULT_MAX_SWITCHES = 2
-# A GPU layout of one whole GPU, MIG disabled: what serves nvidia.com/gpu on a node of the mixed strategy.
-MIG_DISABLED = 'mig-disabled'
-ADVISED_PREFIX = 'advised-'
+DEFAULT_FORKS = 10
+# A switch is advised only where the replay places this share more than the best single layout.
+DEFAULT_MIN_GAIN = 0.01
 _EPSILON = 1e-6
 
 
@@ -290,36 +300,6 @@ def _residual(own, others_hourly):
     return result
 
 
-def fleet_day_placed(demand, fleets, hourly_by_model, switch_fraction, served):
-    """Requests placed on each day by all models together (the fewer of requested and offered over every model that
-    offers the name), for the resources ``served``, each model under its daily schedule ``hourly_by_model[model]``
-    (a FleetLayout an hour): in the hour a model's layout changes only the instances both layouts share serve for
-    ``switch_fraction`` of it."""
-    offers = dict((f.model, [layout.offered(f) for layout in hourly_by_model[f.model]]) for f in fleets)
-    steady, during = [], []
-    for hour in range(HOURS):
-        now, switching = {}, {}
-        for fleet in fleets:
-            mine = offers[fleet.model]
-            kept = mine[hour] if hourly_by_model[fleet.model][hour].same_as(hourly_by_model[fleet.model][hour - 1]) \
-                else _shared(mine[hour - 1], mine[hour])
-            for resource, devices in mine[hour].items():
-                now[resource] = now.get(resource, 0) + devices
-            for resource, devices in kept.items():
-                switching[resource] = switching.get(resource, 0) + devices
-        steady.append(now)
-        during.append(switching)
-    result = []
-    for day in range(demand.days):
-        total = 0.0
-        for hour in range(HOURS):
-            requested = dict((r, demand.at(r, day, hour)) for r in served)
-            total += (switch_fraction * placed(requested, during[hour], demand.weights)
-                      + (1.0 - switch_fraction) * placed(requested, steady[hour], demand.weights))
-        result.append(total)
-    return result
-
-
 def day_placed(days, hourly_layouts, fleet, switch_fraction, weights=None):
     """Devices placed on each day under the daily schedule ``hourly_layouts`` (the FleetLayout of each hour): the
     hour a layout changes (the day's first hour too, when the previous day ended on another) pays the switch."""
@@ -416,7 +396,7 @@ def _describe(layout):
     return ' | '.join('+'.join('%dx%s' % (n, p) for p, n in slot) or 'empty' for slot in layout.slots)
 
 
-def _reason(hour, layout, end, current_layouts, fleet, gains, requested_extra):
+def _reason(hour, layout, end, current_layouts, fleet):
     current_offers = {}
     for current in current_layouts:
         for resource, devices in current.offered(fleet).items():
@@ -424,11 +404,8 @@ def _reason(hour, layout, end, current_layouts, fleet, gains, requested_extra):
     new = sorted(r for r, n in layout.offered(fleet).items() if n > current_offers.get(r, 0))
     serves = ('more of %s than any current layout offers' % ', '.join(r for r in new)
               if new else 'nothing the current catalog lacks')
-    return ('%s %02d:00-%02d:00 %s (per GPU index): %s%s; placed-requests gain over the current catalog per day '
-            'min/median/max %+.1f/%+.1f/%+.1f (requests still unplaced: %.1f a day)'
-            % (fleet.model, hour, end, _describe(layout), serves,
-               ', the current layout %s' % layout.source if layout.source else '',
-               min(gains), statistics.median(gains), max(gains), requested_extra))
+    return ('%s %02d:00-%02d:00 %s (per GPU index): %s%s'
+            % (fleet.model, hour, end, _describe(layout), serves, ', the current layout %s' % layout.source if layout.source else ''))
 
 
 def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0,
@@ -479,120 +456,48 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
     for position, (hour, layout) in enumerate(periods):
         end = periods[(position + 1) % len(periods)][0] if len(periods) > 1 else hour
         span = [(hour + h) % HOURS for h in range((end - hour) % HOURS or HOURS)]
-        gains = []
-        for day in range(len(demand_days)):
-            mine = sum(placed(demand_days[day][h], advised_hourly[h].offered(fleet), weights) for h in span)
-            theirs = sum(placed(demand_days[day][h], current_hourly[h].offered(fleet), weights) for h in span)
-            gains.append(mine - theirs)
-        # What the advised layouts still leave unplaced over the period, an average day: all asked minus placed.
-        left = statistics.mean([sum(requested_hourly[d][h] - placed(demand_days[d][h], advised_hourly[h].offered(fleet), weights)
-                                    for h in span) for d in range(len(demand_days))])
         reasons.append(_reason(hour, layout, end if len(periods) > 1 else (hour + HOURS) % HOURS or HOURS,
-                               list(current.values()), fleet, gains, left))
+                               list(current.values()), fleet))
     return ModelAdvice(fleet.model, tuple(periods), switches, tuple(placed_by_day), tuple(current_by_day),
                        tuple(requested_by_day), tuple(reasons), tuple(advised_hourly), tuple(current_hourly))
 
 
-@dataclass(frozen=True)
-class Advice:
-    """The fleet's advice: one :class:`ModelAdvice` per model, the advised catalog and its daily switches."""
-    models: Tuple[ModelAdvice, ...]
-    fleets: Tuple[ModelFleet, ...]
-    tally: Optional[Tally] = None
-    placed_by_day: Tuple[float, ...] = ()
-    current_by_day: Tuple[float, ...] = ()
-
-    def summary(self):
-        """What became of every request read, and what the fleet places under the current catalog and the advice:
-        lines whose figures add up to the requests read."""
-        lines = self.tally.lines()
-        placed, current = sum(self.placed_by_day), sum(self.current_by_day)
-        served = self.tally.served()
-        gains = [a - c for a, c in zip(self.placed_by_day, self.current_by_day)]
-        lines.append('of the %d the fleet can place, over %d days (hourly estimate): the current catalog places %.1f and '
-                     'leaves %.1f unplaced, the advice places %.1f and leaves %.1f unplaced (no free instance of their '
-                     'profile while they are asked for); gain a day min/median/max %+.1f/%+.1f/%+.1f'
-                     % (served, len(self.placed_by_day), current, served - current, placed, served - placed,
-                        min(gains), statistics.median(gains), max(gains)))
-        return lines
-
-    def switch_hours(self):
-        return sorted(set(hour for advice in self.models for hour, dummy in advice.periods))
-
-    def layout_name(self, hour):
-        return '%s%02d00' % (ADVISED_PREFIX, hour)
-
-    def configs(self):
-        """The advised mig-configs (mig-parted v1): one layout per switch hour, each with every model's layout in
-        force from then; an entry per model and GPU layout (device-filter: the model's PCI id, devices: the device
-        indices that take it), keys model-agnostic (``1g``, ``1g.2mem``) where they name the profile exactly."""
-        fleets = dict((f.model, f) for f in self.fleets)
-        configs = {}
-        for hour in self.switch_hours():
-            entries = []
-            for advice in self.models:
-                fleet = fleets[advice.model]
-                layout = [lay for start, lay in advice.periods if start <= hour]
-                layout = layout[-1] if layout else advice.periods[-1][1]
-                entries.extend(_entries(fleet, layout))
-            configs[self.layout_name(hour)] = entries
-        return configs
-
-    def document(self):
-        return {'version': 'v1', 'mig-configs': self.configs()}
-
-    def awx_switches(self):
-        """awx_layout_switches of playbooks/vars/awx.yml: one {layout, time} per switch hour."""
-        return [{'layout': self.layout_name(hour), 'time': '%02d:00' % hour} for hour in self.switch_hours()]
-
-    def as_dict(self):
-        return {'models': [m.as_dict() for m in self.models], 'switch_hours': self.switch_hours(),
-                'requests': self.tally.as_dict(), 'summary': self.summary(),
-                'placed': round(sum(self.placed_by_day), 1), 'current_placed': round(sum(self.current_by_day), 1),
-                'awx_layout_switches': self.awx_switches(), 'catalog': self.document()}
+def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_seconds):
+    """{model: ModelAdvice}: a resource name several models offer is served by all of them, each model advised for
+    what the others' advised layouts leave of it (:func:`_residual`), model by model, and once more round the models
+    so that the first advised sees what the later ones took."""
+    own = dict((f.model, _own_demand(demand, f)) for f in fleets)
+    shared = any(len(offered_by.get(r, ())) > 1 for r in demand.resources())
+    advised = {}
+    for dummy in range(2 if shared else 1):
+        for fleet in fleets:
+            others = [[layout.offered(f) for layout in advised[f.model].hourly] for f in fleets
+                      if f is not fleet and f.model in advised]
+            advised[fleet.model] = advise_model(fleet, _residual(own[fleet.model], others), configs, schedule, max_switches,
+                                                switch_seconds, demand.weights)
+    return tuple(advised[f.model] for f in fleets)
 
 
-def _keys(counts, gpu):
-    """{mig-devices key: count}: the model-agnostic shape where it resolves back to the same profile on this GPU."""
-    profiles = dict((p['name'], p) for p in gpu.profiles)
-    keys = {}
-    for name, count in counts:
-        shape = shape_name(profiles[name], gpu)
-        try:
-            same = concrete_instances({shape: 1}, gpu) == {name: 1}
-        except LayoutConfigError:
-            same = False
-        keys[shape if same else name] = count
-    return keys
-
-
-def _entries(fleet, layout):
-    by_slot = {}
-    for index, slot in zip(fleet.device_indices(), layout.slots):
-        by_slot.setdefault(slot, []).append(index)
-    entries = []
-    for slot in sorted(by_slot, key=lambda s: by_slot[s]):
-        entry = {'device-filter': [fleet.gpu.pci_device_id], 'devices': 'all' if len(by_slot) == 1 else by_slot[slot]}
-        if slot == ((MIG_DISABLED, 1),):
-            entry['mig-enabled'] = False
-        else:
-            entry['mig-enabled'] = True
-            entry['mig-devices'] = _keys(slot, fleet.gpu)
-        entries.append(entry)
-    return entries
-
-
-def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0):
+def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0, serial=1,
+           forks=DEFAULT_FORKS, min_gain=DEFAULT_MIN_GAIN, patience_minutes=DEFAULT_PATIENCE_MINUTES):
     """The :class:`Advice` for ``demand`` (:class:`Demand`) on ``fleets`` ([ModelFleet]), against the current catalog
     ``configs`` (validated mig-configs) run on ``current_schedule`` (((hour, layout name), ...), daily).
 
-    A resource name several models offer is served by all of them: each model is advised for what the others'
-    advised layouts leave of it (:func:`_residual`), model by model, and once more round the models so that the
-    first advised sees what the later ones took. Refused when no request read is one the fleet can place."""
+    Two candidates are built: the best single layout (no switch) and the best schedule of at most ``max_switches``
+    switches a day, a switch costing the fleet's rollout (``serial`` hosts at a time, ``forks``, ``switch_seconds`` a
+    host: _advice_replay.Rollout). Both, and the current catalog, are judged by replaying the whole requests
+    (_advice_replay.replay, ``patience_minutes``): the schedule is advised only where it places more than the best
+    single layout by more than ``min_gain`` (a share of what the single layout places); where neither places more
+    than the current catalog, the advice is to keep it. Refused when no request read is one the fleet can place."""
     if isinstance(max_switches, bool) or not isinstance(max_switches, int) or max_switches < 0:
         raise AdvisorError('max switches a day must be a whole number of at least 0, got %r' % (max_switches,))
-    if isinstance(switch_seconds, bool) or not isinstance(switch_seconds, (int, float)) or not 0 <= switch_seconds <= 3600:
-        raise AdvisorError('a switch\'s measured time must be 0-3600 seconds, got %r' % (switch_seconds,))
+    rollout = Rollout(serial, forks, switch_seconds)
+    if rollout.problem():
+        raise AdvisorError(rollout.problem())
+    if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain <= 1:
+        raise AdvisorError('the least gain a switch must bring is a share 0-1 of the requests placed, got %r' % (min_gain,))
+    if isinstance(patience_minutes, bool) or not isinstance(patience_minutes, (int, float)) or not 0 < patience_minutes <= 7 * 24 * 60:
+        raise AdvisorError('patience must be more than 0 minutes and at most a week, got %r' % (patience_minutes,))
     if not fleets:
         raise AdvisorError('no GPU model to advise: the inventory lists no MIG-capable GPU')
     for fleet in fleets:
@@ -606,21 +511,24 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
     counted = tally(demand, offered_by)
     if not counted.served():
         raise AdvisorError('no request read is one the fleet can place, nothing to advise: %s' % '; '.join(counted.lines()))
-    own = dict((f.model, _own_demand(demand, f)) for f in fleets)
-    shared = any(len(offered_by.get(r, ())) > 1 for r in demand.resources())
-    advised = {}
-    for dummy in range(2 if shared else 1):
-        for fleet in fleets:
-            others = [[layout.offered(f) for layout in advised[f.model].hourly] for f in fleets
-                      if f is not fleet and f.model in advised]
-            advised[fleet.model] = advise_model(fleet, _residual(own[fleet.model], others), configs, schedule, max_switches,
-                                                switch_seconds, demand.weights)
-    models = tuple(advised[f.model] for f in fleets)
-    fraction = min(1.0, max(0.0, float(switch_seconds) / 3600.0))
-    served = sorted(r for r in demand.resources() if r in offered_by)
-    fleet_placed = fleet_day_placed(demand, fleets, dict((m.model, m.hourly) for m in models), fraction, served)
-    fleet_current = fleet_day_placed(demand, fleets, dict((m.model, m.current_hourly) for m in models), fraction, served)
-    return Advice(models, tuple(fleets), counted, tuple(fleet_placed), tuple(fleet_current))
+    hosts = sum(f.hosts for f in fleets)
+    # the fluid model's switch: for this part of the hour only the instances both layouts share serve
+    switch_cost = min(3600.0, rollout.seconds(hosts))
+    single = _advise_models(demand, fleets, offered_by, configs, schedule, 0, switch_cost)
+    switching = _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_cost) if max_switches else single
+    stream = demand.whole_requests(set(r for r in demand.resources() if r in offered_by))
+
+    def judged(hourly):
+        return replay(stream, demand.days, fleets, hourly, rollout, patience_minutes)
+
+    outcomes = {'current': judged(dict((m.model, m.current_hourly) for m in single)),
+                'single': judged(dict((m.model, m.hourly) for m in single)),
+                'schedule': judged(dict((m.model, m.hourly) for m in switching))}
+    switches = any(m.switches for m in switching)
+    choice = 'schedule' if switches and outcomes['schedule'].placed() > outcomes['single'].placed() * (1.0 + min_gain) else 'single'
+    return Advice(switching if choice == 'schedule' else single, tuple(fleets), counted, outcomes, choice,
+                  Judgement(rollout, hosts, min_gain, patience_minutes, len(stream),
+                            tuple(sorted(set(h for m in switching for h, dummy in m.periods))) if switches else ()))
 
 
 # ---- the playbook's inputs -------------------------------------------------------------------------------------------
