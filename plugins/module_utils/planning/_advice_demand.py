@@ -57,13 +57,15 @@ class Demand:
     outside: int = 0
     stream: Optional[Tuple[Tuple[float, float, str, int], ...]] = None
 
-    def whole_requests(self, resources):
+    def whole_requests(self, resources, share=1.0):
         """The requests of ``resources`` to replay, [(arrival s, hold s, resource, devices)] in arrival order: the
         recorded ones; from Prometheus' hourly averages, a stream with the same averages: each resource's requests
         held 1 / (requests per device-hour) hours, arriving evenly over each hour as many as Little's law gives
-        (averaged devices / hold), a resource without a request count held an hour."""
+        (averaged devices / hold), a resource without a request count held an hour. ``share``: of those, every one in
+        1 / share in arrival order (a large fleet's replay on a sample of its hosts, _advice_replay.sample)."""
         if self.stream is not None:
-            return [r for r in self.stream if r[2] in resources]
+            chosen = [r for r in self.stream if r[2] in resources]
+            return [r for number, r in enumerate(chosen) if int((number + 1) * share) > int(number * share)]
         result = []
         for resource in sorted(resources):
             rows = self.hourly.get(resource)
@@ -73,7 +75,7 @@ class Demand:
             owed = 0.0
             for day, row in enumerate(rows):
                 for hour, devices in enumerate(row):
-                    owed += devices / hold
+                    owed += devices / hold * share
                     arrivals = int(owed + 1e-9)
                     owed -= arrivals
                     for number in range(arrivals):

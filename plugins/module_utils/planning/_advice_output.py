@@ -37,6 +37,7 @@ class Judgement:
     min_gain: float
     patience_minutes: float
     replayed: int
+    host_share: float = 1.0
     schedule_hours: Tuple[int, ...] = ()
 
 
@@ -82,8 +83,10 @@ class Advice:
         the verdict: lines whose figures add up to the requests read and replayed."""
         judgement = self.judgement
         lines = self.tally.lines()
-        lines.append('replayed: %d whole requests over %d days, %g min patience; %s'
-                     % (judgement.replayed, len(self.outcomes['current'].placed_by_day), judgement.patience_minutes,
+        sampled = '' if judgement.host_share >= 1 else (' (a sample: %.1f %% of the hosts and of the requests)'
+                                                        % (judgement.host_share * 100.0))
+        lines.append('replayed: %d whole requests over %d days%s, %g min patience; %s'
+                     % (judgement.replayed, len(self.outcomes['current'].placed_by_day), sampled, judgement.patience_minutes,
                         judgement.rollout.describe(judgement.hosts)))
         for label, title in TITLES:
             outcome = self.outcomes[label]

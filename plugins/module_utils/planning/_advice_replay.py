@@ -25,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import dataclasses
 import heapq
 import math
 import re
@@ -37,6 +38,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometr
 
 HOURS = 24
 DEFAULT_PATIENCE_MINUTES = 30.0
+# A fleet of more hosts is replayed on a sample of them (:func:`sample`).
+REPLAY_HOSTS = 32
 # Event kinds, in the order they are handled at equal times (benchmarks/demand.py's).
 GIVE_UP, RELEASE, ARRIVE, SWITCH = 0, 1, 2, 3
 _PERCENT = re.compile(r'^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$')
@@ -158,10 +161,23 @@ def _catalog(fleet):
     return _CATALOGS[fleet.model]
 
 
-def replay(requests, days, fleets, hourly_by_model, rollout, patience_minutes=DEFAULT_PATIENCE_MINUTES):
+def sample(fleets, most_hosts=REPLAY_HOSTS):
+    """(fleets, share): a large fleet is replayed on ``share`` of its hosts (each model's, at least one) with the
+    same share of its requests (_advice_demand.Demand.whole_requests): the hosts of a model all have its layout, so a
+    sample of them sees what the whole fleet does, its pools a little smaller (a little more conservative)."""
+    hosts = sum(f.hosts for f in fleets)
+    if hosts <= most_hosts:
+        return list(fleets), 1.0
+    share = float(most_hosts) / hosts
+    return [dataclasses.replace(f, hosts=max(1, int(round(f.hosts * share)))) for f in fleets], share
+
+
+def replay(requests, days, fleets, hourly_by_model, rollout, patience_minutes=DEFAULT_PATIENCE_MINUTES, host_share=1.0):
     """The :class:`Outcome` of ``requests`` ([(arrival s, hold s, resource, devices)], arrival order, in the window
     of ``days`` days) on ``fleets`` ([ModelFleet]), each model's GPUs under its daily schedule ``hourly_by_model[model]``
-    (the FleetLayout of each hour of the day, the first in force at the window's start)."""
+    (the FleetLayout of each hour of the day, the first in force at the window's start). ``host_share``: the share
+    of the real fleet's hosts ``fleets`` are (:func:`sample`): a switch still takes the whole fleet's rollout, each
+    host of the sample in the batch of the real host it stands for."""
     patience = float(patience_minutes) * 60.0
     if not patience > 0:
         raise AdvisorError('patience must be more than 0 minutes, got %r' % (patience_minutes,))
@@ -197,11 +213,8 @@ def replay(requests, days, fleets, hourly_by_model, rollout, patience_minutes=DE
     waiting = {}    # resource -> deque of request numbers
     placed_by_day = [0] * days
     unplaced_by_day = [0] * days
-    for number, (arrival, hold, resource, devices) in enumerate(requests):
-        at(arrival, ARRIVE, number)
-        at(arrival + patience, GIVE_UP, number)
     for when, changes in _switch_times(fleets, hourly_by_model, days):
-        for offset, seconds, hosts in _host_batches(changes, hosts_of, rollout):
+        for offset, seconds, hosts in _host_batches(changes, hosts_of, rollout, host_share):
             at(when + offset, SWITCH, 'start', hosts)
             at(when + offset + seconds, SWITCH, 'end', hosts)
 
@@ -253,8 +266,16 @@ def replay(requests, days, fleets, hourly_by_model, rollout, patience_minutes=DE
             waiting[resource] = kept
 
     now = [0.0]
-    while events and events[0][0] <= end:
-        when, kind, dummy, args = heapq.heappop(events)
+    arriving = 0    # the arrivals are in order: merged with the queue of events rather than queued
+    while True:
+        if arriving < len(requests) and requests[arriving][0] <= end and (
+                not events or (requests[arriving][0], ARRIVE) < (events[0][0], events[0][1])):
+            when, kind, args = requests[arriving][0], ARRIVE, (arriving,)
+            arriving += 1
+        elif events and events[0][0] <= end:
+            when, kind, dummy, args = heapq.heappop(events)
+        else:
+            break
         now[0] = when
         if kind == ARRIVE:
             number = args[0]
@@ -262,6 +283,7 @@ def replay(requests, days, fleets, hourly_by_model, rollout, patience_minutes=DE
             state[number] = 'waiting'
             if waiting.get(resource) or not bind(number):
                 waiting.setdefault(resource, deque()).append(number)
+                at(when + patience, GIVE_UP, number)
                 retry(resource)
         elif kind == GIVE_UP:
             number = args[0]
@@ -313,11 +335,15 @@ def _switch_times(fleets, hourly_by_model, days):
     return result
 
 
-def _host_batches(changes, hosts_of, rollout):
-    """[(offset s, seconds, [(model, host, FleetLayout)])]: the rollout's batches over the hosts that change."""
+def _host_batches(changes, hosts_of, rollout, host_share=1.0):
+    """[(offset s, seconds, [(model, host, FleetLayout)])]: the rollout's batches over the hosts that change (the real
+    fleet's, ``host_share`` of which the replay has: each of its hosts in the batch of the real host it stands for)."""
     hosts = [(fleet.model, host, layout) for fleet, layout in changes for host in range(len(hosts_of[fleet.model]))]
-    result, position = [], 0
-    for offset, seconds, size in rollout.batches(len(hosts)):
-        result.append((offset, seconds, hosts[position:position + size]))
-        position += size
+    real = max(len(hosts), int(round(len(hosts) / host_share)))
+    result, first = [], 0
+    for offset, seconds, size in rollout.batches(real):
+        members = [h for position, h in enumerate(hosts) if first <= int(position / host_share) < first + size]
+        if members:
+            result.append((offset, seconds, members))
+        first += size
     return result

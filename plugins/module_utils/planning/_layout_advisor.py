@@ -47,7 +47,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_outp
     Advice,
     Judgement,
 )
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_replay import DEFAULT_PATIENCE_MINUTES, Rollout, replay
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_replay import DEFAULT_PATIENCE_MINUTES, Rollout, replay, sample
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import WHOLE_GPU, profile_of_resource, resource_of_profile
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
@@ -329,9 +329,10 @@ def _best_schedule(candidates, days, fleet, switch_fraction, max_switches, weigh
         table = {}
         for resource in set(r for day in days for r in day[hour]):
             values = [day[hour].get(resource, 0.0) for day in days]
-            top = max([offer.get(resource, 0) for offer in offers] or [0])
+            # only the device counts some candidate offers (a switch's shared instances are one of the two)
+            counts = set(offer.get(resource, 0) for offer in offers) | {0}
             weight = (weights or {}).get(resource, 1.0)
-            table[resource] = [sum(min(v, devices) for v in values) * weight for devices in range(top + 1)]
+            table[resource] = dict((devices, sum(min(v, devices) for v in values) * weight) for devices in counts)
         tables.append(table)
 
     def over_days(hour, offered):
@@ -516,10 +517,11 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
     switch_cost = min(3600.0, rollout.seconds(hosts))
     single = _advise_models(demand, fleets, offered_by, configs, schedule, 0, switch_cost)
     switching = _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_cost) if max_switches else single
-    stream = demand.whole_requests(set(r for r in demand.resources() if r in offered_by))
+    replayed_fleets, share = sample(fleets)
+    stream = demand.whole_requests(set(r for r in demand.resources() if r in offered_by), share)
 
     def judged(hourly):
-        return replay(stream, demand.days, fleets, hourly, rollout, patience_minutes)
+        return replay(stream, demand.days, replayed_fleets, hourly, rollout, patience_minutes, share)
 
     outcomes = {'current': judged(dict((m.model, m.current_hourly) for m in single)),
                 'single': judged(dict((m.model, m.hourly) for m in single)),
@@ -527,7 +529,7 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
     switches = any(m.switches for m in switching)
     choice = 'schedule' if switches and outcomes['schedule'].placed() > outcomes['single'].placed() * (1.0 + min_gain) else 'single'
     return Advice(switching if choice == 'schedule' else single, tuple(fleets), counted, outcomes, choice,
-                  Judgement(rollout, hosts, min_gain, patience_minutes, len(stream),
+                  Judgement(rollout, hosts, min_gain, patience_minutes, len(stream), share,
                             tuple(sorted(set(h for m in switching for h, dummy in m.periods))) if switches else ()))
 
 

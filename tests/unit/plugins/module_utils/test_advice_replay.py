@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _advice_demand as demand_input
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _advice_replay as judge
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import FleetLayout, ModelFleet
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
@@ -90,3 +91,15 @@ def test_a_rollout_s_batches_are_serial_hosts_with_the_forks_there_are(rollout, 
 ])
 def test_bad_rollout_settings_are_said_in_one_line(rollout, message):
     assert message in rollout.problem()
+
+
+def test_a_large_fleet_is_replayed_on_a_sample_with_the_whole_fleet_s_rollout():
+    sampled, share = judge.sample([fleet(hosts=320)])
+    assert (share, sampled[0].hosts) == (0.1, 32)
+    assert judge.sample([fleet(hosts=32)]) == ([fleet(hosts=32)], 1.0)
+    # and as many of the requests: every tenth recorded one
+    recorded = demand_input.demand_from_requests([{'arrival': n, 'hold': 60, 'resource': ONE} for n in range(1000)], 1)
+    assert [r[0] for r in recorded.whole_requests({ONE}, share)] == [float(n) for n in range(9, 1000, 10)]
+    # 320 real hosts, ten at a time: 32 batches of 35 s, each with the sample host that stands for its ten
+    batches = judge._host_batches([(sampled[0], SEVEN_ONES)], {A100: [[]] * 32}, judge.Rollout(10, 10, 35), share)
+    assert len(batches) == 32 and batches[-1][0] == 31 * 35 and all(len(hosts) == 1 for dummy, dummy2, hosts in batches)
