@@ -18,8 +18,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances, shape_name
 
 # A GPU layout of one whole GPU, MIG disabled: what serves nvidia.com/gpu on a node of the mixed strategy.
 MIG_DISABLED = 'mig-disabled'
@@ -108,7 +106,7 @@ class Advice:
     def configs(self):
         """The advised mig-configs (mig-parted v1): one layout per switch hour, each with every model's layout in
         force from then; an entry per model and GPU layout (device-filter: the model's PCI id, devices: the device
-        indices that take it), keys model-agnostic (``1g``, ``1g.2mem``) where they name the profile exactly."""
+        indices that take it), keyed by the model's own profile names, as mig-parted reads them."""
         fleets = dict((f.model, f) for f in self.fleets)
         configs = {}
         for hour in self.switch_hours():
@@ -138,20 +136,6 @@ class Advice:
                 'awx_layout_switches': self.awx_switches(), 'catalog': self.document()}
 
 
-def _keys(counts, gpu):
-    """{mig-devices key: count}: the model-agnostic shape where it resolves back to the same profile on this GPU."""
-    profiles = dict((p['name'], p) for p in gpu.profiles)
-    keys = {}
-    for name, count in counts:
-        shape = shape_name(profiles[name], gpu)
-        try:
-            same = concrete_instances({shape: 1}, gpu) == {name: 1}
-        except LayoutConfigError:
-            same = False
-        keys[shape if same else name] = count
-    return keys
-
-
 def _entries(fleet, layout):
     by_slot = {}
     for index, slot in zip(fleet.device_indices(), layout.slots):
@@ -163,6 +147,7 @@ def _entries(fleet, layout):
             entry['mig-enabled'] = False
         else:
             entry['mig-enabled'] = True
-            entry['mig-devices'] = _keys(slot, fleet.gpu)
+            # the model's own profile names, which mig-parted reads (it rejects gpufleet's model-agnostic 1g, 1g.2mem)
+            entry['mig-devices'] = dict(slot)
         entries.append(entry)
     return entries

@@ -43,7 +43,7 @@ def test_registered_and_reads_prometheus_samples(shipped):
     configs = validate_document(advice['catalog'])
     # the current catalog stays beside the advice: a host on nighttime still finds it
     assert set(shipped) < set(configs) and 'advised-0000' in configs
-    assert configs['advised-0000'][0]['mig-devices'] == {'7g': 1}
+    assert configs['advised-0000'][0]['mig-devices'] == {'7g.80gb': 1}
 
 
 def test_reads_a_recorded_demand_file(shipped):

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import re
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -210,7 +211,10 @@ def test_the_advised_catalog_reads_back_as_the_advised_layouts(shipped):
             got.append(tuple(sorted(concrete_instances(record['mig_devices'], fleet.gpu).items())))
         assert sorted(got) == sorted(layout.slots)
     keys = set(k for entries in configs.values() for e in entries for k in e.get('mig-devices', {}))
-    assert keys <= {'1g', '7g', '3g', '2g', '4g', '1g.2mem'}
+    # the model's own profile names, in mig-parted's grammar (pkg/types/mig_profile.go: <G>g.<M>gb[+attributes]); it
+    # rejects gpufleet's model-agnostic 1g, 7g, 1g.2mem
+    assert keys and all(re.match(r'^[0-9]+g\.[0-9]+gb(\+[a-z]+(\.[a-z]+)*)?$', key) for key in keys)
+    assert keys <= set(p['name'] for p in fleet.gpu.profiles)
 
 
 def test_awx_switches_in_awx_configure_format(shipped):
@@ -325,7 +329,7 @@ def test_every_host_of_the_model_offers_its_layout(shipped):
 
 def test_a_layout_the_same_on_every_gpu_of_the_model_is_one_entry_for_all_of_them(shipped):
     advice = advisor.advise(demand(dict((h, {SEVEN: 2.0}) for h in range(24)), days=1), [a100(gpus=2)], shipped, ((0, 'all-balanced'),))
-    expected = [{'device-filter': [model_gpu(A100).pci_device_id], 'devices': 'all', 'mig-enabled': True, 'mig-devices': {'7g': 1}}]
+    expected = [{'device-filter': [model_gpu(A100).pci_device_id], 'devices': 'all', 'mig-enabled': True, 'mig-devices': {'7g.80gb': 1}}]
     assert advice.configs()['advised-0000'] == expected
 
 
