@@ -338,11 +338,17 @@ def _switch_times(fleets, hourly_by_model, days):
 def _host_batches(changes, hosts_of, rollout, host_share=1.0):
     """[(offset s, seconds, [(model, host, FleetLayout)])]: the rollout's batches over the hosts that change (the real
     fleet's, ``host_share`` of which the replay has: each of its hosts in the batch of the real host it stands for)."""
-    hosts = [(fleet.model, host, layout) for fleet, layout in changes for host in range(len(hosts_of[fleet.model]))]
-    real = max(len(hosts), int(round(len(hosts) / host_share)))
+    machines = {}   # a host with GPUs of several models changes once, all its models together
+    for fleet, layout in changes:
+        for host in range(len(hosts_of[fleet.model])):
+            name = fleet.host_names[host] if len(fleet.host_names) == len(hosts_of[fleet.model]) else (fleet.model, host)
+            machines.setdefault(name, []).append((fleet.model, host, layout))
+    order = sorted(machines, key=str)
+    real = max(len(order), int(round(len(order) / host_share)))
     result, first = [], 0
     for offset, seconds, size in rollout.batches(real):
-        members = [h for position, h in enumerate(hosts) if first <= int(position / host_share) < first + size]
+        members = [h for position, name in enumerate(order) if first <= int(position / host_share) < first + size
+                   for h in machines[name]]
         if members:
             result.append((offset, seconds, members))
         first += size

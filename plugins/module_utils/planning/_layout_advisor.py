@@ -68,12 +68,14 @@ _EPSILON = 1e-6
 @dataclass(frozen=True)
 class ModelFleet:
     """The GPUs of one model: one GPU's host model (its profiles), how many hosts have it and how many each, and
-    their device indices on a host (mig-parted's ``devices`` count over every GPU of the host, of any model)."""
+    their device indices on a host (mig-parted's ``devices`` count over every GPU of the host, of any model);
+    ``host_names``: the hosts, where known (a host with GPUs of two models is one host of the rollout)."""
     model: str
     gpu: object
     hosts: int
     gpus_per_host: int
     indices: Tuple[int, ...] = ()
+    host_names: Tuple[str, ...] = ()
 
     def device_indices(self):
         return self.indices or tuple(range(self.gpus_per_host))
@@ -463,6 +465,13 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
                        tuple(requested_by_day), tuple(reasons), tuple(advised_hourly), tuple(current_hourly))
 
 
+def physical_hosts(fleets):
+    """The hosts of the fleet: those named once each where every model names its hosts, else one per model's host."""
+    if all(len(f.host_names) == f.hosts for f in fleets):
+        return len(set(name for f in fleets for name in f.host_names))
+    return sum(f.hosts for f in fleets)
+
+
 def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_seconds):
     """{model: ModelAdvice}: a resource name several models offer is served by all of them, each model advised for
     what the others' advised layouts leave of it (:func:`_residual`), model by model, and once more round the models
@@ -512,7 +521,7 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
     counted = tally(demand, offered_by)
     if not counted.served():
         raise AdvisorError('no request read is one the fleet can place, nothing to advise: %s' % '; '.join(counted.lines()))
-    hosts = sum(f.hosts for f in fleets)
+    hosts = physical_hosts(fleets)
     # the fluid model's switch: for this part of the hour only the instances both layouts share serve
     switch_cost = min(3600.0, rollout.seconds(hosts))
     single = _advise_models(demand, fleets, offered_by, configs, schedule, 0, switch_cost)
@@ -559,7 +568,8 @@ def fleets_from_facts(hosts):
             left_out.append('%s: no GPU of this model has MIG enabled, so its profiles are unknown' % model)
             continue
         indices = max(entry['per_host'].values(), key=len)
-        fleets.append(ModelFleet(model, entry['gpu'], len(entry['per_host']), len(indices), tuple(sorted(indices))))
+        fleets.append(ModelFleet(model, entry['gpu'], len(entry['per_host']), len(indices), tuple(sorted(indices)),
+                                 tuple(sorted(str(name) for name in entry['per_host']))))
     return fleets, left_out
 
 

@@ -103,3 +103,13 @@ def test_a_large_fleet_is_replayed_on_a_sample_with_the_whole_fleet_s_rollout():
     # 320 real hosts, ten at a time: 32 batches of 35 s, each with the sample host that stands for its ten
     batches = judge._host_batches([(sampled[0], SEVEN_ONES)], {A100: [[]] * 32}, judge.Rollout(10, 10, 35), share)
     assert len(batches) == 32 and batches[-1][0] == 31 * 35 and all(len(hosts) == 1 for dummy, dummy2, hosts in batches)
+
+
+def test_a_host_with_gpus_of_two_models_is_one_host_of_the_rollout():
+    a100 = ModelFleet(A100, model_gpu(A100), 2, 1, (0,), ('n1', 'n2'))
+    h100 = ModelFleet('H100-SXM5-80GB', model_gpu('H100-SXM5-80GB'), 1, 1, (1,), ('n1',))
+    batches = judge._host_batches([(a100, SEVEN_ONES), (h100, SEVEN_ONES)], {A100: [[], []], 'H100-SXM5-80GB': [[]]},
+                                  judge.Rollout(1, 10, 35))
+    # n1 (its A100 and its H100) then n2: two batches, not three
+    assert [(offset, sorted(h[:2] for h in hosts)) for offset, seconds, hosts in batches] == [
+        (0, [(A100, 0), ('H100-SXM5-80GB', 0)]), (35, [(A100, 1)])]

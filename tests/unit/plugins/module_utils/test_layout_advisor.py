@@ -260,6 +260,7 @@ def test_fleets_from_facts_count_hosts_and_gpus_per_model():
              {'host': 'n3', 'gpus': [dict(a100_facts, mig_capable=False)]}]
     fleets, left_out = advisor.fleets_from_facts(hosts)
     assert [(f.model, f.hosts, f.gpus_per_host) for f in fleets] == [(model_gpu(A100).name, 2, 2)]
+    assert fleets[0].host_names == ('n1', 'n2')
     assert fleets[0].device_indices() == (0, 1)
     assert len(left_out) == 1 and 'MIG enabled' in left_out[0]
     with pytest.raises(advisor.AdvisorError, match='list of'):
