@@ -6,10 +6,10 @@
 
 """Which layouts to declare and when to switch, from the demand a fleet recorded (:func:`advise`).
 
-Pure Python: no NVML, no Ansible. The demand is hourly: for each MIG resource (``nvidia.com/mig-<profile>``,
+Pure Python: no NVML, no Ansible. The demand is hourly: for each GPU resource (``nvidia.com/mig-<profile>``,
 ``nvidia.com/gpu``) the devices requested by running and pending pods, averaged over each hour of each day of
-the window (:func:`demand_from_samples` reads a Prometheus ``query_range`` matrix, :func:`demand_from_requests` a
-recorded request list). Per GPU model the advisor
+the window, read and checked by _advice_demand (which also counts what becomes of every request read). A resource
+name several models offer is served by all of them (:func:`_residual`). Per GPU model the advisor
 
 - builds the layouts one GPU can hold from the model's own geometry (every fitting, maximal mix of its plain
   profiles with demand, checked by _mig_geometry.best_rearrangement: placements, max counts, media rules), and a
@@ -23,9 +23,13 @@ recorded request list). Per GPU model the advisor
 - proposes a switch only where the instances busy at that hour are ones the new layout has too
   (:func:`switch_realisable`): the in-place switch keeps held instances and does not come back for the rest.
 
-Placed devices in an hour: for each resource, min(devices requested, devices the layout offers). A switch costs its
-measured time: during the first ``switch_seconds`` of the hour it happens only the instances both layouts share
-serve (held instances are kept, nothing new exists yet), the new layout the rest of the hour.
+Placed devices in an hour (the fluid model that builds the candidates): for each resource, min(devices requested,
+devices the layout offers). A switch costs the fleet's rollout: during that part of the hour only the instances both
+layouts share serve (held instances are kept, nothing new exists yet), the new layout the rest of the hour.
+
+:func:`advise` builds two candidates, the best single layout and the best schedule, and judges them and the current
+catalog by replaying the whole requests (_advice_replay): the schedule is advised only where the replay shows that it
+pays by more than a threshold.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -33,132 +37,30 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import dataclasses
-import re
 import statistics
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Tuple
 
-from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import AdvisorError, tally
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_output import (
+    MIG_DISABLED,
+    Advice,
+    Judgement,
+)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_replay import DEFAULT_PATIENCE_MINUTES, Rollout, replay, sample
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import WHOLE_GPU, profile_of_resource, resource_of_profile
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances, shape_name
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, best_rearrangement
 
 HOURS = 24
 DEFAULT_MAX_SWITCHES = 2
-# A GPU layout of one whole GPU, MIG disabled: what serves nvidia.com/gpu on a node of the mixed strategy.
-MIG_DISABLED = 'mig-disabled'
-ADVISED_PREFIX = 'advised-'
-_NOT_LABEL = re.compile(r'[^a-zA-Z0-9_]')
+DEFAULT_FORKS = 10
+# A switch is advised only where the replay places this share more than the best single layout.
+DEFAULT_MIN_GAIN = 0.01
 _EPSILON = 1e-6
-
-
-class AdvisorError(GpufleetError, ValueError):
-    """Input the advisor cannot use: the message says which and why, in one line."""
-
-
-def sanitized(resource):
-    """A resource name as kube-state-metrics writes it in its ``resource`` label (its internal/store/pod.go passes
-    every resource name through promutil.SanitizeLabelName: each character outside [a-zA-Z0-9_] becomes ``_``)."""
-    return _NOT_LABEL.sub('_', resource)
-
-
-# ---- the demand -------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Demand:
-    """Devices requested per resource, by day of the window and hour of the day: ``hourly[resource][day][hour]``;
-    ``weights``: requests per device-hour of each resource (a pod holding a 7g three hours counts as much as one
-    holding a 1g forty minutes: placed requests, not device-hours, are what the advice maximises); a resource
-    without one counts its device-hours."""
-    days: int
-    hourly: Dict[str, Tuple[Tuple[float, ...], ...]]
-    weights: Optional[Dict[str, float]] = None
-
-    def at(self, resource, day, hour):
-        rows = self.hourly.get(resource)
-        return rows[day][hour] if rows else 0.0
-
-    def resources(self):
-        return sorted(r for r in self.hourly if any(any(row) for row in self.hourly[r]))
-
-
-def _demand_of(days, table, requests=None):
-    """The Demand; ``requests``: {resource: requests seen in the window}, whence each resource's weight."""
-    if days < 1:
-        raise AdvisorError('the demand covers no whole day: at least 24 hours are needed to advise a daily schedule')
-    weights = {}
-    for resource, count in (requests or {}).items():
-        device_hours = sum(sum(row) for row in table.get(resource, []))
-        if device_hours > 0 and count > 0:
-            weights[resource] = float(count) / device_hours
-    return Demand(days, dict((r, tuple(tuple(table[r][d]) for d in range(days))) for r in table), weights)
-
-
-def demand_from_samples(series, resource_names, start, requests=None):
-    """A Prometheus ``query_range`` result (``data.result``: [{'metric': {'resource': ...}, 'values': [[t, 'v']]}])
-    of hourly averages, each stamped at the end of its hour -> :class:`Demand`. ``resource_names``: the resources the fleet serves (their sanitised
-    label is matched back to them); ``start``: the window's first second (UTC midnight); ``requests``: the
-    ``query`` result counting the requests of each resource in the window (weights), if read. A series of a
-    resource no GPU of the fleet offers is left out; a value that is not a number is an error."""
-    by_label = dict((sanitized(name), name) for name in resource_names)
-    table = {}
-    last = start
-    for item in series:
-        label = (item.get('metric') or {}).get('resource')
-        resource = by_label.get(label, label if label in resource_names else None)
-        for stamp, value in item.get('values') or []:
-            try:
-                stamp, value = float(stamp), float(value)
-            except (TypeError, ValueError):
-                raise AdvisorError('Prometheus sample %r of resource %s is not a number' % ([stamp, value], label))
-            if stamp - 3600 < start or resource is None:
-                continue
-            # each value is the average over the hour that ends at its stamp (avg_over_time(...[1h:5m]))
-            offset = int((stamp - 3600 - start) // 3600)
-            last = max(last, stamp)
-            day, hour = divmod(offset, HOURS)
-            table.setdefault(resource, {}).setdefault(day, [0.0] * HOURS)[hour] += value
-    days = int((last - 3600 - start) // (HOURS * 3600)) + (1 if table else 0)
-    counts = {}
-    for item in requests or []:
-        label = (item.get('metric') or {}).get('resource')
-        resource = by_label.get(label)
-        try:
-            count = float((item.get('value') or [0, 'x'])[1])
-        except (TypeError, ValueError):
-            raise AdvisorError('Prometheus request count %r of resource %s is not a number' % (item.get('value'), label))
-        if resource is not None:
-            counts[resource] = counts.get(resource, 0.0) + count
-    return _demand_of(days, dict((r, [rows.get(d, [0.0] * HOURS) for d in range(days)]) for r, rows in table.items()), counts)
-
-
-def demand_from_requests(requests, days):
-    """Recorded requests [{'arrival': s, 'hold': s, 'resource': name, 'devices': n}] (seconds from the window's
-    first midnight; the format benchmarks/advisor.py writes from benchmarks/demand.py's request stream) -> the
-    devices requested, averaged over each hour, as Prometheus' hourly averages would show them."""
-    table = {}
-    counts = {}
-    end = days * HOURS * 3600.0
-    for number, request in enumerate(requests):
-        try:
-            arrival, hold = float(request['arrival']), float(request['hold'])
-            resource, devices = request['resource'], float(request.get('devices', 1))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AdvisorError('recorded request %d needs a numeric arrival and hold and a resource: %s' % (number, exc))
-        if hold < 0 or arrival < 0:
-            raise AdvisorError('recorded request %d has a negative arrival or hold' % number)
-        rows = table.setdefault(resource, [[0.0] * HOURS for dummy in range(days)])
-        counts[resource] = counts.get(resource, 0) + (1 if arrival < end else 0)
-        begin, finish = arrival, min(arrival + hold, end)
-        while begin < finish:
-            slot = int(begin // 3600)
-            upto = min(finish, (slot + 1) * 3600.0)
-            rows[slot // HOURS][slot % HOURS] += devices * (upto - begin) / 3600.0
-            begin = upto
-    return _demand_of(days, table, counts)
 
 
 # ---- one model's GPUs and layouts ------------------------------------------------------------------------------
@@ -166,12 +68,14 @@ def demand_from_requests(requests, days):
 @dataclass(frozen=True)
 class ModelFleet:
     """The GPUs of one model: one GPU's host model (its profiles), how many hosts have it and how many each, and
-    their device indices on a host (mig-parted's ``devices`` count over every GPU of the host, of any model)."""
+    their device indices on a host (mig-parted's ``devices`` count over every GPU of the host, of any model);
+    ``host_names``: the hosts, where known (a host with GPUs of two models is one host of the rollout)."""
     model: str
     gpu: object
     hosts: int
     gpus_per_host: int
     indices: Tuple[int, ...] = ()
+    host_names: Tuple[str, ...] = ()
 
     def device_indices(self):
         return self.indices or tuple(range(self.gpus_per_host))
@@ -345,6 +249,8 @@ class ModelAdvice:
     current_by_day: Tuple[float, ...]
     requested_by_day: Tuple[float, ...]
     reasons: Tuple[str, ...]
+    hourly: Tuple[FleetLayout, ...] = ()
+    current_hourly: Tuple[FleetLayout, ...] = ()
 
     def gains(self):
         return [a - c for a, c in zip(self.placed_by_day, self.current_by_day)]
@@ -360,25 +266,40 @@ class ModelAdvice:
                 'reasons': list(self.reasons)}
 
 
-def _split_demand(demand, fleets):
-    """{model: [[{resource: devices} per hour] per day]}: a resource offered by several models (1g.10gb on A100-80GB
-    and H100) is shared among them by their GPU count; a resource nobody offers is counted nowhere."""
-    offered_by = {}
-    for fleet in fleets:
-        for resource in fleet.resources():
-            offered_by.setdefault(resource, []).append(fleet)
-    split = dict((f.model, [[{} for dummy in range(HOURS)] for dummy2 in range(demand.days)]) for f in fleets)
+def _own_demand(demand, fleet):
+    """[[{resource: devices} per hour] per day]: all the demand for the resources the model offers (a name several
+    models offer, nvidia.com/mig-1g.10gb on the A100-80GB and the H100, is the whole demand for each of them until
+    :func:`_residual` takes off what the others serve)."""
+    mine = set(fleet.resources())
+    days = [[{} for dummy in range(HOURS)] for dummy2 in range(demand.days)]
     for resource in demand.resources():
-        owners = offered_by.get(resource, [])
-        total = sum(f.hosts * f.gpus_per_host for f in owners)
-        for fleet in owners:
-            share = float(fleet.hosts * fleet.gpus_per_host) / total
+        if resource in mine:
             for day in range(demand.days):
                 for hour in range(HOURS):
-                    value = demand.at(resource, day, hour) * share
+                    value = demand.at(resource, day, hour)
                     if value:
-                        split[fleet.model][day][hour][resource] = value
-    return split
+                        days[day][hour][resource] = value
+    return days
+
+
+def _residual(own, others_hourly):
+    """``own`` less, each hour, what the other models offer of the same names (``others_hourly``: [{resource:
+    devices} per hour of the day]): the fewer of requested and offered over all models, min(d, o + m), is
+    min(d, o) + min(d - o, m), so the model placing the rest places exactly what it adds to the others."""
+    if not others_hourly:
+        return own
+    result = []
+    for day in own:
+        rows = []
+        for hour, wanted in enumerate(day):
+            left = {}
+            for resource, devices in wanted.items():
+                rest = devices - sum(offers[hour].get(resource, 0) for offers in others_hourly)
+                if rest > _EPSILON:
+                    left[resource] = rest
+            rows.append(left)
+        result.append(rows)
+    return result
 
 
 def day_placed(days, hourly_layouts, fleet, switch_fraction, weights=None):
@@ -410,9 +331,10 @@ def _best_schedule(candidates, days, fleet, switch_fraction, max_switches, weigh
         table = {}
         for resource in set(r for day in days for r in day[hour]):
             values = [day[hour].get(resource, 0.0) for day in days]
-            top = max([offer.get(resource, 0) for offer in offers] or [0])
+            # only the device counts some candidate offers (a switch's shared instances are one of the two)
+            counts = set(offer.get(resource, 0) for offer in offers) | {0}
             weight = (weights or {}).get(resource, 1.0)
-            table[resource] = [sum(min(v, devices) for v in values) * weight for devices in range(top + 1)]
+            table[resource] = dict((devices, sum(min(v, devices) for v in values) * weight) for devices in counts)
         tables.append(table)
 
     def over_days(hour, offered):
@@ -477,7 +399,7 @@ def _describe(layout):
     return ' | '.join('+'.join('%dx%s' % (n, p) for p, n in slot) or 'empty' for slot in layout.slots)
 
 
-def _reason(hour, layout, end, current_layouts, fleet, gains, requested_extra):
+def _reason(hour, layout, end, current_layouts, fleet):
     current_offers = {}
     for current in current_layouts:
         for resource, devices in current.offered(fleet).items():
@@ -485,11 +407,8 @@ def _reason(hour, layout, end, current_layouts, fleet, gains, requested_extra):
     new = sorted(r for r, n in layout.offered(fleet).items() if n > current_offers.get(r, 0))
     serves = ('more of %s than any current layout offers' % ', '.join(r for r in new)
               if new else 'nothing the current catalog lacks')
-    return ('%s %02d:00-%02d:00 %s (per GPU index): %s%s; placed-requests gain over the current catalog per day '
-            'min/median/max %+.1f/%+.1f/%+.1f (requests still unplaced: %.1f a day)'
-            % (fleet.model, hour, end, _describe(layout), serves,
-               ', the current layout %s' % layout.source if layout.source else '',
-               min(gains), statistics.median(gains), max(gains), requested_extra))
+    return ('%s %02d:00-%02d:00 %s (per GPU index): %s%s'
+            % (fleet.model, hour, end, _describe(layout), serves, ', the current layout %s' % layout.source if layout.source else ''))
 
 
 def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0,
@@ -540,106 +459,87 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
     for position, (hour, layout) in enumerate(periods):
         end = periods[(position + 1) % len(periods)][0] if len(periods) > 1 else hour
         span = [(hour + h) % HOURS for h in range((end - hour) % HOURS or HOURS)]
-        gains = []
-        for day in range(len(demand_days)):
-            mine = sum(placed(demand_days[day][h], advised_hourly[h].offered(fleet), weights) for h in span)
-            theirs = sum(placed(demand_days[day][h], current_hourly[h].offered(fleet), weights) for h in span)
-            gains.append(mine - theirs)
-        # What the advised layouts still leave unplaced over the period, an average day: all asked minus placed.
-        left = statistics.mean([sum(requested_hourly[d][h] - placed(demand_days[d][h], advised_hourly[h].offered(fleet), weights)
-                                    for h in span) for d in range(len(demand_days))])
         reasons.append(_reason(hour, layout, end if len(periods) > 1 else (hour + HOURS) % HOURS or HOURS,
-                               list(current.values()), fleet, gains, left))
+                               list(current.values()), fleet))
     return ModelAdvice(fleet.model, tuple(periods), switches, tuple(placed_by_day), tuple(current_by_day),
-                       tuple(requested_by_day), tuple(reasons))
+                       tuple(requested_by_day), tuple(reasons), tuple(advised_hourly), tuple(current_hourly))
 
 
-@dataclass(frozen=True)
-class Advice:
-    """The fleet's advice: one :class:`ModelAdvice` per model, the advised catalog and its daily switches."""
-    models: Tuple[ModelAdvice, ...]
-    fleets: Tuple[ModelFleet, ...]
-
-    def switch_hours(self):
-        return sorted(set(hour for advice in self.models for hour, dummy in advice.periods))
-
-    def layout_name(self, hour):
-        return '%s%02d00' % (ADVISED_PREFIX, hour)
-
-    def configs(self):
-        """The advised mig-configs (mig-parted v1): one layout per switch hour, each with every model's layout in
-        force from then; an entry per model and GPU layout (device-filter: the model's PCI id, devices: the device
-        indices that take it), keys model-agnostic (``1g``, ``1g.2mem``) where they name the profile exactly."""
-        fleets = dict((f.model, f) for f in self.fleets)
-        configs = {}
-        for hour in self.switch_hours():
-            entries = []
-            for advice in self.models:
-                fleet = fleets[advice.model]
-                layout = [lay for start, lay in advice.periods if start <= hour]
-                layout = layout[-1] if layout else advice.periods[-1][1]
-                entries.extend(_entries(fleet, layout))
-            configs[self.layout_name(hour)] = entries
-        return configs
-
-    def document(self):
-        return {'version': 'v1', 'mig-configs': self.configs()}
-
-    def awx_switches(self):
-        """awx_layout_switches of playbooks/vars/awx.yml: one {layout, time} per switch hour."""
-        return [{'layout': self.layout_name(hour), 'time': '%02d:00' % hour} for hour in self.switch_hours()]
-
-    def as_dict(self):
-        return {'models': [m.as_dict() for m in self.models], 'switch_hours': self.switch_hours(),
-                'awx_layout_switches': self.awx_switches(), 'catalog': self.document()}
+def physical_hosts(fleets):
+    """The hosts of the fleet: those named once each where every model names its hosts, else one per model's host."""
+    if all(len(f.host_names) == f.hosts for f in fleets):
+        return len(set(name for f in fleets for name in f.host_names))
+    return sum(f.hosts for f in fleets)
 
 
-def _keys(counts, gpu):
-    """{mig-devices key: count}: the model-agnostic shape where it resolves back to the same profile on this GPU."""
-    profiles = dict((p['name'], p) for p in gpu.profiles)
-    keys = {}
-    for name, count in counts:
-        shape = shape_name(profiles[name], gpu)
-        try:
-            same = concrete_instances({shape: 1}, gpu) == {name: 1}
-        except LayoutConfigError:
-            same = False
-        keys[shape if same else name] = count
-    return keys
+def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_seconds):
+    """{model: ModelAdvice}: a resource name several models offer is served by all of them, each model advised for
+    what the others' advised layouts leave of it (:func:`_residual`), model by model, and once more round the models
+    so that the first advised sees what the later ones took."""
+    own = dict((f.model, _own_demand(demand, f)) for f in fleets)
+    shared = any(len(offered_by.get(r, ())) > 1 for r in demand.resources())
+    advised = {}
+    for dummy in range(2 if shared else 1):
+        for fleet in fleets:
+            others = [[layout.offered(f) for layout in advised[f.model].hourly] for f in fleets
+                      if f is not fleet and f.model in advised]
+            advised[fleet.model] = advise_model(fleet, _residual(own[fleet.model], others), configs, schedule, max_switches,
+                                                switch_seconds, demand.weights)
+    return tuple(advised[f.model] for f in fleets)
 
 
-def _entries(fleet, layout):
-    by_slot = {}
-    for index, slot in zip(fleet.device_indices(), layout.slots):
-        by_slot.setdefault(slot, []).append(index)
-    entries = []
-    for slot in sorted(by_slot, key=lambda s: by_slot[s]):
-        entry = {'device-filter': [fleet.gpu.pci_device_id], 'devices': 'all' if len(by_slot) == 1 else by_slot[slot]}
-        if slot == ((MIG_DISABLED, 1),):
-            entry['mig-enabled'] = False
-        else:
-            entry['mig-enabled'] = True
-            entry['mig-devices'] = _keys(slot, fleet.gpu)
-        entries.append(entry)
-    return entries
-
-
-def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0):
+def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0, serial=1,
+           forks=DEFAULT_FORKS, min_gain=DEFAULT_MIN_GAIN, patience_minutes=DEFAULT_PATIENCE_MINUTES):
     """The :class:`Advice` for ``demand`` (:class:`Demand`) on ``fleets`` ([ModelFleet]), against the current catalog
-    ``configs`` (validated mig-configs) run on ``current_schedule`` (((hour, layout name), ...), daily)."""
+    ``configs`` (validated mig-configs) run on ``current_schedule`` (((hour, layout name), ...), daily).
+
+    Two candidates are built: the best single layout (no switch) and the best schedule of at most ``max_switches``
+    switches a day, a switch costing the fleet's rollout (``serial`` hosts at a time, ``forks``, ``switch_seconds`` a
+    host: _advice_replay.Rollout). Both, and the current catalog, are judged by replaying the whole requests
+    (_advice_replay.replay, ``patience_minutes``): the schedule is advised only where it places more than the best
+    single layout by more than ``min_gain`` (a share of what the single layout places); where neither places more
+    than the current catalog, the advice is to keep it. Refused when no request read is one the fleet can place."""
     if isinstance(max_switches, bool) or not isinstance(max_switches, int) or max_switches < 0:
         raise AdvisorError('max switches a day must be a whole number of at least 0, got %r' % (max_switches,))
-    if isinstance(switch_seconds, bool) or not isinstance(switch_seconds, (int, float)) or not 0 <= switch_seconds <= 3600:
-        raise AdvisorError('a switch\'s measured time must be 0-3600 seconds, got %r' % (switch_seconds,))
+    rollout = Rollout(serial, forks, switch_seconds)
+    if rollout.problem():
+        raise AdvisorError(rollout.problem())
+    if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain <= 1:
+        raise AdvisorError('the least gain a switch must bring is a share 0-1 of the requests placed, got %r' % (min_gain,))
+    if isinstance(patience_minutes, bool) or not isinstance(patience_minutes, (int, float)) or not 0 < patience_minutes <= 7 * 24 * 60:
+        raise AdvisorError('patience must be more than 0 minutes and at most a week, got %r' % (patience_minutes,))
     if not fleets:
         raise AdvisorError('no GPU model to advise: the inventory lists no MIG-capable GPU')
     for fleet in fleets:
         if fleet.hosts < 1 or fleet.gpus_per_host < 1 or not fleet.gpu.profiles:
             raise AdvisorError('%s: needs at least one host, one GPU a host and its MIG profiles' % fleet.model)
     schedule = check_schedule(current_schedule)
-    split = _split_demand(demand, fleets)
-    models = tuple(advise_model(f, split[f.model], configs, schedule, max_switches, switch_seconds, demand.weights) for f in fleets)
-    return Advice(models, tuple(fleets))
+    offered_by = {}
+    for fleet in fleets:
+        for resource in fleet.resources():
+            offered_by.setdefault(resource, []).append(fleet.model)
+    counted = tally(demand, offered_by)
+    if not counted.served():
+        raise AdvisorError('no request read is one the fleet can place, nothing to advise: %s' % '; '.join(counted.lines()))
+    hosts = physical_hosts(fleets)
+    # the fluid model's switch: for this part of the hour only the instances both layouts share serve
+    switch_cost = min(3600.0, rollout.seconds(hosts))
+    single = _advise_models(demand, fleets, offered_by, configs, schedule, 0, switch_cost)
+    switching = _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_cost) if max_switches else single
+    replayed_fleets, share = sample(fleets)
+    stream = demand.whole_requests(set(r for r in demand.resources() if r in offered_by), share)
+
+    def judged(hourly):
+        return replay(stream, demand.days, replayed_fleets, hourly, rollout, patience_minutes, share)
+
+    outcomes = {'current': judged(dict((m.model, m.current_hourly) for m in single)),
+                'single': judged(dict((m.model, m.hourly) for m in single)),
+                'schedule': judged(dict((m.model, m.hourly) for m in switching))}
+    switches = any(m.switches for m in switching)
+    choice = 'schedule' if switches and outcomes['schedule'].placed() > outcomes['single'].placed() * (1.0 + min_gain) else 'single'
+    return Advice(switching if choice == 'schedule' else single, tuple(fleets), counted, outcomes, choice,
+                  Judgement(rollout, hosts, min_gain, patience_minutes, len(stream), share,
+                            tuple(sorted(set(h for m in switching for h, dummy in m.periods))) if switches else ()))
 
 
 # ---- the playbook's inputs -------------------------------------------------------------------------------------------
@@ -668,7 +568,8 @@ def fleets_from_facts(hosts):
             left_out.append('%s: no GPU of this model has MIG enabled, so its profiles are unknown' % model)
             continue
         indices = max(entry['per_host'].values(), key=len)
-        fleets.append(ModelFleet(model, entry['gpu'], len(entry['per_host']), len(indices), tuple(sorted(indices))))
+        fleets.append(ModelFleet(model, entry['gpu'], len(entry['per_host']), len(indices), tuple(sorted(indices)),
+                                 tuple(sorted(str(name) for name in entry['per_host']))))
     return fleets, left_out
 
 
@@ -688,13 +589,3 @@ def schedule_from_switches(switches):
             raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
         schedule.append((hour, name))
     return check_schedule(tuple(schedule))
-
-
-def demand_from_document(document):
-    """A recorded demand file ({'days': N, 'requests': [...]}, see :func:`demand_from_requests`) -> Demand."""
-    if not isinstance(document, dict) or not isinstance(document.get('requests'), list):
-        raise AdvisorError('a recorded demand file holds {days: N, requests: [{arrival, hold, resource}]}')
-    days = document.get('days')
-    if isinstance(days, bool) or not isinstance(days, int):
-        raise AdvisorError('a recorded demand file must say how many days it covers (days: N), got %r' % (days,))
-    return demand_from_requests(document['requests'], days)
