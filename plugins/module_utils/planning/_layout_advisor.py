@@ -37,6 +37,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import dataclasses
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Tuple
@@ -61,6 +62,8 @@ DEFAULT_FORKS = 10
 # A switch is advised only where the replay places this share more than the best single layout.
 DEFAULT_MIN_GAIN = 0.01
 _EPSILON = 1e-6
+# one GPU without MIG: the layout that serves nvidia.com/gpu
+WHOLE_GPU_LAYOUT = ((MIG_DISABLED, 1),)
 
 
 # ---- one model's GPUs and layouts ------------------------------------------------------------------------------
@@ -173,14 +176,18 @@ def switch_realisable(before_hours, before, after):
     return True
 
 
-def _greedy_mix(fleet, layouts, demands, weights):
+def _greedy_mix(fleet, layouts, demands, weights, whole_gpu_slots=None):
     """The GPU layout of each device index, chosen one index at a time for the most devices placed over ``demands``
-    ([{resource: devices}]); at equal gain the layout listed first."""
+    ([{resource: devices}]); at equal gain the layout listed first; at most ``whole_gpu_slots`` indices without MIG
+    (None: no bound)."""
     slots = []
     offered = {}
     for dummy in range(fleet.gpus_per_host):
         best, best_gain = None, None
         for layout in layouts:
+            if layout == WHOLE_GPU_LAYOUT and whole_gpu_slots is not None \
+                    and slots.count(WHOLE_GPU_LAYOUT) >= whole_gpu_slots:
+                continue
             trial = dict(offered)
             for profile, count in layout:
                 resource = fleet.resource_of(profile)
@@ -204,7 +211,7 @@ def current_layout(configs, name, fleet):
     slots = []
     for record in match_gpus(configs[name], gpus)['gpus']:
         if record.get('mig_enabled') is False:
-            slots.append(((MIG_DISABLED, 1),))
+            slots.append(WHOLE_GPU_LAYOUT)
             continue
         try:
             counts = concrete_instances(record.get('mig_devices') or {}, fleet.gpu)
@@ -411,10 +418,30 @@ def _reason(hour, layout, end, current_layouts, fleet):
             % (fleet.model, hour, end, _describe(layout), serves, ', the current layout %s' % layout.source if layout.source else ''))
 
 
+def _with_whole_gpus(layouts, demand_days, fleet, current_layouts):
+    """(GPU layouts to mix, the most device indices without MIG) where ``nvidia.com/gpu`` is asked for: a layout is
+    the same on every host, so an index without MIG takes MIG off ``fleet.hosts`` GPUs, and no more indices go than
+    the most whole GPUs asked for at once need. Where the model has no MIG demand of its own, its other indices keep
+    the current catalog's MIG layouts (a single whole-GPU pod once took MIG off every GPU of the model)."""
+    most = max([hour.get(WHOLE_GPU, 0.0) for day in demand_days for hour in day] + [0.0])
+    if most <= _EPSILON:
+        return layouts, None
+    kept = list(layouts)
+    if not kept:
+        for current in current_layouts:
+            for slot in current.slots:
+                if slot != WHOLE_GPU_LAYOUT and slot not in kept:
+                    kept.append(slot)
+    if not kept:   # the current catalog has MIG off everywhere already
+        return [WHOLE_GPU_LAYOUT], None
+    return kept + [WHOLE_GPU_LAYOUT], int(math.ceil(most / fleet.hosts - _EPSILON))
+
+
 def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0,
-                 weights=None):
+                 weights=None, whole_gpus=True):
     """One model's :class:`ModelAdvice` for ``demand_days`` ([[{resource: devices} per hour] per day]); ``weights``:
-    requests per device-hour of each resource (:attr:`Demand.weights`)."""
+    requests per device-hour of each resource (:attr:`Demand.weights`); ``whole_gpus``: whether the advisor may take
+    MIG off GPUs for ``nvidia.com/gpu`` (else only the current catalog's GPUs without MIG serve it)."""
     switch_fraction = min(1.0, max(0.0, float(switch_seconds) / 3600.0))
     catalog = Catalog.from_data(fleet.gpu.profiles)
     wanted = set()
@@ -422,13 +449,14 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
         for hour in day:
             wanted.update(profile_of_resource(r) for r, n in hour.items() if n and r != WHOLE_GPU)
     layouts = gpu_layouts(catalog, wanted)
-    if any(hour.get(WHOLE_GPU) for day in demand_days for hour in day):
-        layouts.append(((MIG_DISABLED, 1),))
     names = []
     for dummy, name in current_schedule:
         if name not in names:
             names.append(name)
     current = dict((name, current_layout(configs, name, fleet)) for name in names)
+    whole_gpu_slots = None
+    if whole_gpus:
+        layouts, whole_gpu_slots = _with_whole_gpus(layouts, demand_days, fleet, current.values())
     current_hourly = [current[name] for name in hours_of(current_schedule)]
     candidates = list(current.values())
 
@@ -438,7 +466,7 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
 
     if layouts:
         for hour in range(HOURS):
-            add(_greedy_mix(fleet, layouts, [day[hour] for day in demand_days], weights))
+            add(_greedy_mix(fleet, layouts, [day[hour] for day in demand_days], weights, whole_gpu_slots))
     dummy, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
     if layouts:
         # a second pass: each chosen period's own mix, for the demand of all its hours
@@ -446,7 +474,7 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
         for position, (start, index) in enumerate(chosen):
             end = chosen[(position + 1) % len(chosen)][0] if len(chosen) > 1 else start + HOURS
             span = [(start + h) % HOURS for h in range((end - start) % HOURS or HOURS)]
-            add(_greedy_mix(fleet, layouts, [day[h] for day in demand_days for h in span], weights))
+            add(_greedy_mix(fleet, layouts, [day[h] for day in demand_days for h in span], weights, whole_gpu_slots))
         dummy, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
     advised_hourly = [candidates[k] for k in hourly]
     placed_by_day = day_placed(demand_days, advised_hourly, fleet, switch_fraction, weights)
@@ -472,7 +500,7 @@ def physical_hosts(fleets):
     return sum(f.hosts for f in fleets)
 
 
-def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_seconds):
+def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_seconds, whole_gpus=True):
     """{model: ModelAdvice}: a resource name several models offer is served by all of them, each model advised for
     what the others' advised layouts leave of it (:func:`_residual`), model by model, and once more round the models
     so that the first advised sees what the later ones took."""
@@ -484,8 +512,15 @@ def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, 
             others = [[layout.offered(f) for layout in advised[f.model].hourly] for f in fleets
                       if f is not fleet and f.model in advised]
             advised[fleet.model] = advise_model(fleet, _residual(own[fleet.model], others), configs, schedule, max_switches,
-                                                switch_seconds, demand.weights)
+                                                switch_seconds, demand.weights, whole_gpus)
     return tuple(advised[f.model] for f in fleets)
+
+
+def _takes_mig_off(models):
+    """Whether some model's advice has more device indices without MIG, at some hour, than its current catalog."""
+    def off(layout):
+        return layout.slots.count(WHOLE_GPU_LAYOUT)
+    return any(off(advised) > off(current) for m in models for advised, current in zip(m.hourly, m.current_hourly))
 
 
 def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0, serial=1,
@@ -524,20 +559,32 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
     hosts = physical_hosts(fleets)
     # the fluid model's switch: for this part of the hour only the instances both layouts share serve
     switch_cost = min(3600.0, rollout.seconds(hosts))
-    single = _advise_models(demand, fleets, offered_by, configs, schedule, 0, switch_cost)
-    switching = _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_cost) if max_switches else single
     replayed_fleets, share = sample(fleets)
     stream = demand.whole_requests(set(r for r in demand.resources() if r in offered_by), share)
 
     def judged(hourly):
         return replay(stream, demand.days, replayed_fleets, hourly, rollout, patience_minutes, share)
 
-    outcomes = {'current': judged(dict((m.model, m.current_hourly) for m in single)),
-                'single': judged(dict((m.model, m.hourly) for m in single)),
-                'schedule': judged(dict((m.model, m.hourly) for m in switching))}
+    def candidates(whole_gpus):
+        single = _advise_models(demand, fleets, offered_by, configs, schedule, 0, switch_cost, whole_gpus)
+        switching = (_advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_cost, whole_gpus)
+                     if max_switches else single)
+        outcomes = {'current': judged(dict((m.model, m.current_hourly) for m in single)),
+                    'single': judged(dict((m.model, m.hourly) for m in single)),
+                    'schedule': judged(dict((m.model, m.hourly) for m in switching))}
+        better = any(m.switches for m in switching) and outcomes['schedule'].placed() > outcomes['single'].placed() * (1.0 + min_gain)
+        return single, switching, outcomes, 'schedule' if better else 'single'
+
+    single, switching, outcomes, choice = candidates(True)
+    chosen = switching if choice == 'schedule' else single
+    if _takes_mig_off(chosen):
+        # MIG taken off GPUs for nvidia.com/gpu only where the replay shows it pays by the threshold
+        kept = candidates(False)
+        if outcomes[choice].placed() <= kept[2][kept[3]].placed() * (1.0 + min_gain):
+            single, switching, outcomes, choice = kept
+            chosen = switching if choice == 'schedule' else single
     switches = any(m.switches for m in switching)
-    choice = 'schedule' if switches and outcomes['schedule'].placed() > outcomes['single'].placed() * (1.0 + min_gain) else 'single'
-    return Advice(switching if choice == 'schedule' else single, tuple(fleets), counted, outcomes, choice,
+    return Advice(chosen, tuple(fleets), counted, outcomes, choice,
                   Judgement(rollout, hosts, min_gain, patience_minutes, len(stream), share,
                             tuple(sorted(set(h for m in switching for h, dummy in m.periods))) if switches else ()))
 
