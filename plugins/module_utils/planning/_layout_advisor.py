@@ -36,9 +36,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 import statistics
 from dataclasses import dataclass
 from typing import Tuple
+
+try:
+    import zoneinfo
+except ImportError:   # Python before 3.9: a schedule in UTC still reads
+    zoneinfo = None
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import AdvisorError, tally
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_layouts import (
@@ -429,9 +435,12 @@ def fleets_from_facts(hosts):
     return fleets, left_out
 
 
-def schedule_from_switches(switches):
-    """awx_layout_switches ([{layout, time: 'HH:MM'}]) or one layout name -> ((hour, layout), ...); the advisor
-    works by the hour, so a switch at 08:30 counts from 08:00."""
+def schedule_from_switches(switches, timezone='UTC', start=0):
+    """awx_layout_switches ([{layout, time: 'HH:MM', timezone}]) or one layout name -> ((hour, layout), ...) in the
+    advisor's UTC hours. A switch's time is local time in its ``timezone`` (else ``timezone``: the schedules'
+    awx_schedule_timezone, as playbooks/awx_configure.yml reads them), taken at the UTC offset of the window's first
+    day (``start``: its first UTC midnight, UNIX time); the advisor works by the hour, so a switch at 08:30 UTC counts
+    from 08:00."""
     if isinstance(switches, str):
         return ((0, switches),)
     schedule = []
@@ -439,9 +448,28 @@ def schedule_from_switches(switches):
         try:
             hour, minute = [int(part) for part in str(switch['time']).split(':')]
             name = switch['layout']
-        except (KeyError, TypeError, ValueError):
+            zone = switch.get('timezone', timezone)
+        except (AttributeError, KeyError, TypeError, ValueError):
             raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
-        if not 0 <= minute < 60:
+        if not 0 <= hour < HOURS or not 0 <= minute < 60:
             raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
-        schedule.append((hour, name))
+        schedule.append((_utc_hour(hour, minute, zone, start), name))
     return check_schedule(tuple(schedule))
+
+
+def _utc_hour(hour, minute, zone, start):
+    """The UTC hour of ``hour``:``minute`` local time in the IANA ``zone`` on the window's first day."""
+    if zone in ('UTC', 'Etc/UTC'):
+        return hour
+    if zoneinfo is None:
+        raise AdvisorError('the current schedule\'s timezone %r needs Python 3.9 or later (module zoneinfo) on the controller' % (zone,))
+    try:
+        local_zone = zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, OSError, TypeError, ValueError):
+        raise AdvisorError('unknown timezone %r in the current schedule: use an IANA name such as Europe/Berlin or UTC' % (zone,))
+    try:
+        day = datetime.datetime.fromtimestamp(float(start), tz=datetime.timezone.utc).astimezone(local_zone).date()
+    except (OverflowError, OSError, TypeError, ValueError):
+        raise AdvisorError('the window\'s start must be UNIX time, got %r' % (start,))
+    local = datetime.datetime(day.year, day.month, day.day, hour, minute, tzinfo=local_zone)
+    return local.astimezone(datetime.timezone.utc).hour
