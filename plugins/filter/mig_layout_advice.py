@@ -29,12 +29,14 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_cata
 
 
 def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0, requests=None,
-                      serial=1, forks=DEFAULT_FORKS, min_gain=DEFAULT_MIN_GAIN, patience_minutes=DEFAULT_PATIENCE_MINUTES):
+                      serial=1, forks=DEFAULT_FORKS, min_gain=DEFAULT_MIN_GAIN, patience_minutes=DEFAULT_PATIENCE_MINUTES,
+                      timezone='UTC'):
     """The advice (planning/_advice_output.Advice.as_dict) for ``demand``: a Prometheus query_range matrix of
     hourly averages (``data.result``) or a recorded demand file ({days, requests}); ``requests``: Prometheus' count
     of requests per resource over the window (``data.result`` of an instant query), whence placed requests;
     ``serial``, ``forks``, ``switch_seconds`` (a host's): the rollout a switch costs; ``min_gain``: the share more
-    than the best single layout a schedule must place in the replay; ``patience_minutes``: the requests'."""
+    than the best single layout a schedule must place in the replay; ``patience_minutes``: the requests';
+    ``timezone``: the current schedule's (awx_schedule_timezone), where a switch names none."""
     try:
         fleets, left_out = fleets_from_facts(hosts)
         resources = sorted(set(r for fleet in fleets for r in fleet.resources()))
@@ -46,7 +48,7 @@ def mig_layout_advice(demand, hosts, configs, current, start=0, max_switches=DEF
             raise AdvisorError('the demand must be a Prometheus query_range result (data.result: [{metric, values}]) or a '
                                'recorded demand file ({days, requests}), got %s' % _shape(demand))
         current_configs = validate_configs(configs)
-        advice = advise(recorded, fleets, current_configs, schedule_from_switches(current), max_switches, switch_seconds,
+        advice = advise(recorded, fleets, current_configs, schedule_from_switches(current, timezone, start), max_switches, switch_seconds,
                         serial, forks, min_gain, patience_minutes)
     except (AdvisorError, LayoutConfigError) as exc:
         raise AnsibleFilterError('mig_layout_advice: %s' % exc)

@@ -13,7 +13,7 @@ name several models offer is served by all of them (:func:`_residual`). Per GPU 
 
 - builds the layouts one GPU can hold from the model's own geometry (every fitting, maximal mix of its plain
   profiles with demand, checked by _mig_geometry.best_rearrangement: placements, max counts, media rules), and a
-  whole GPU without MIG where ``nvidia.com/gpu`` is asked for;
+  whole GPU without MIG where ``nvidia.com/gpu`` is asked for (_advice_layouts: the candidates and their fluid model);
 - mixes them over the model's GPU slots (one mix per device index, the same on every host of the model) greedily
   for the demand of each hour of the day, and for each period a first pass chose, next to the current catalog's
   own layouts;
@@ -36,205 +36,46 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import dataclasses
+import datetime
 import statistics
 from dataclasses import dataclass
 from typing import Tuple
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import AdvisorError, tally
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_output import (
-    MIG_DISABLED,
-    Advice,
-    Judgement,
-)
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_replay import DEFAULT_PATIENCE_MINUTES, Rollout, replay, sample
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import WHOLE_GPU, profile_of_resource, resource_of_profile
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, best_rearrangement
+try:
+    import zoneinfo
+except ImportError:   # Python before 3.9: a schedule in UTC still reads
+    zoneinfo = None
 
-HOURS = 24
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import AdvisorError, tally
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_layouts import (
+    _EPSILON,
+    HOURS,
+    WHOLE_GPU_LAYOUT,
+    FleetLayout,
+    ModelFleet,
+    _greedy_mix,
+    _shared,
+    _with_whole_gpus,
+    check_schedule,
+    current_layout,
+    gpu_layouts,
+    hours_of,
+    placed,
+    switch_hour_placed,
+    switch_realisable,
+)
+# read here by their callers and tests, as before the candidates had their own file
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_layouts import MIG_DISABLED, _with_index  # noqa: F401  pylint: disable=unused-import
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_output import Advice, Judgement
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_replay import DEFAULT_PATIENCE_MINUTES, Rollout, replay, sample
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import WHOLE_GPU, profile_of_resource
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._host_model import Gpu
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog
+
 DEFAULT_MAX_SWITCHES = 2
 DEFAULT_FORKS = 10
 # A switch is advised only where the replay places this share more than the best single layout.
 DEFAULT_MIN_GAIN = 0.01
-_EPSILON = 1e-6
-
-
-# ---- one model's GPUs and layouts ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ModelFleet:
-    """The GPUs of one model: one GPU's host model (its profiles), how many hosts have it and how many each, and
-    their device indices on a host (mig-parted's ``devices`` count over every GPU of the host, of any model);
-    ``host_names``: the hosts, where known (a host with GPUs of two models is one host of the rollout)."""
-    model: str
-    gpu: object
-    hosts: int
-    gpus_per_host: int
-    indices: Tuple[int, ...] = ()
-    host_names: Tuple[str, ...] = ()
-
-    def device_indices(self):
-        return self.indices or tuple(range(self.gpus_per_host))
-
-    def resource_of(self, profile):
-        return WHOLE_GPU if profile == MIG_DISABLED else resource_of_profile(profile)
-
-    def resources(self):
-        catalog = Catalog.from_data(self.gpu.profiles)
-        return [self.resource_of(name) for name in catalog.names()] + [WHOLE_GPU]
-
-
-def _plain_profiles(catalog, wanted):
-    return sorted((p for p in catalog.profiles.values() if p.plain and p.name in wanted),
-                  key=lambda p: (-p.memory_slices, -p.compute_slices, p.name))
-
-
-def gpu_layouts(catalog, wanted):
-    """Every maximal layout one GPU of ``catalog`` holds from the plain profiles in ``wanted`` (names), as sorted
-    ((profile, count), ...) tuples; a layout fits when some placement of all its instances exists (placements, max
-    counts, media rules: _mig_geometry.best_rearrangement)."""
-    profiles = _plain_profiles(catalog, wanted)
-    found = []
-
-    def fits(names):
-        return best_rearrangement(catalog, names) is not None
-
-    def grow(position, names):
-        if position == len(profiles):
-            if names and not any(fits(names + [p.name]) for p in profiles):
-                found.append(tuple(sorted((n, names.count(n)) for n in set(names))))
-            return
-        profile = profiles[position]
-        count = 0
-        trial = list(names)
-        while True:
-            grow(position + 1, trial)
-            count += 1
-            trial = trial + [profile.name]
-            if not fits(trial):   # best_rearrangement honours max counts too
-                break
-
-    grow(0, [])
-    return sorted(set(found))
-
-
-@dataclass(frozen=True)
-class FleetLayout:
-    """One model's layout: the GPU layout of each device index ((profile, count), ...) on every host of the model;
-    ``source``: the current catalog's layout name it is, or '' for a layout the advisor built."""
-    slots: Tuple[Tuple[Tuple[str, int], ...], ...]
-    source: str = ''
-
-    def offered(self, fleet):
-        """{resource: devices} the model's GPUs offer under this layout."""
-        offered = {}
-        for slot in self.slots:
-            for profile, count in slot:
-                resource = fleet.resource_of(profile)
-                offered[resource] = offered.get(resource, 0) + count * fleet.hosts
-        return offered
-
-    def same_as(self, other):
-        return self.slots == other.slots
-
-
-def placed(requested, offered, weights=None):
-    """Requests placed in one hour: per resource, the fewer of the devices requested and those offered, times the
-    resource's requests per device-hour (``weights``; none: device-hours are counted)."""
-    weights = weights or {}
-    return sum(min(devices, offered.get(resource, 0)) * weights.get(resource, 1.0) for resource, devices in requested.items())
-
-
-def _shared(first, second):
-    return dict((r, min(n, second.get(r, 0))) for r, n in first.items())
-
-
-def switch_hour_placed(requested, before, after, switch_fraction, weights=None):
-    """Devices placed in an hour that starts with a switch from ``before`` to ``after`` ({resource: devices}):
-    for ``switch_fraction`` of the hour only the instances both share serve, then ``after``."""
-    return (switch_fraction * placed(requested, _shared(before, after), weights)
-            + (1.0 - switch_fraction) * placed(requested, after, weights))
-
-
-def switch_realisable(before_hours, before, after):
-    """Whether a switch from ``before`` to ``after`` ({resource: devices}) can be made at the end of the hours
-    ``before_hours`` ([{resource: devices}], that hour on each day): the in-place switch keeps every instance a pod
-    holds and the layout it then builds does not change until the next switch, so the switch is proposed only where
-    the instances busy then (per resource, the fewer of those offered and the devices requested on average) are
-    ones the new layout has too."""
-    for resource, offered in before.items():
-        busy = min(offered, sum(hour.get(resource, 0.0) for hour in before_hours) / max(1, len(before_hours)))
-        if busy > after.get(resource, 0) + _EPSILON:
-            return False
-    return True
-
-
-def _greedy_mix(fleet, layouts, demands, weights):
-    """The GPU layout of each device index, chosen one index at a time for the most devices placed over ``demands``
-    ([{resource: devices}]); at equal gain the layout listed first."""
-    slots = []
-    offered = {}
-    for dummy in range(fleet.gpus_per_host):
-        best, best_gain = None, None
-        for layout in layouts:
-            trial = dict(offered)
-            for profile, count in layout:
-                resource = fleet.resource_of(profile)
-                trial[resource] = trial.get(resource, 0) + count * fleet.hosts
-            gain = sum(placed(d, trial, weights) for d in demands)
-            if best_gain is None or gain > best_gain + _EPSILON:
-                best, best_gain = (layout, trial), gain
-        slots.append(best[0])
-        offered = best[1]
-    return FleetLayout(tuple(sorted(slots)))
-
-
-# ---- the current catalog ----------------------------------------------------------------------------------------
-
-def current_layout(configs, name, fleet):
-    """The current catalog's layout ``name`` on the model's GPUs as a :class:`FleetLayout` (the entry each device
-    index takes, mig-parted's last-match rule, model-agnostic keys and ``max`` resolved)."""
-    if name not in configs:
-        raise AdvisorError('the current schedule names layout %s, which the catalog lacks (it has %s)' % (name, ', '.join(sorted(configs))))
-    gpus = [_with_index(fleet.gpu, index) for index in fleet.device_indices()]
-    slots = []
-    for record in match_gpus(configs[name], gpus)['gpus']:
-        if record.get('mig_enabled') is False:
-            slots.append(((MIG_DISABLED, 1),))
-            continue
-        try:
-            counts = concrete_instances(record.get('mig_devices') or {}, fleet.gpu)
-        except LayoutConfigError as exc:
-            raise AdvisorError('layout %s on %s: %s' % (name, fleet.model, exc))
-        slots.append(tuple(sorted((p, n) for p, n in counts.items() if n)))
-    return FleetLayout(tuple(sorted(slots)), name)
-
-
-def _with_index(gpu, index):
-    return dataclasses.replace(gpu, index=index)
-
-
-def check_schedule(schedule, max_hours=HOURS):
-    """((hour, layout name), ...) sorted by hour, hours 0-23 distinct: else an AdvisorError."""
-    hours = [hour for hour, dummy in schedule]
-    if not schedule or any(not isinstance(h, int) or isinstance(h, bool) or not 0 <= h < max_hours for h in hours) \
-            or len(set(hours)) != len(hours):
-        raise AdvisorError('the current schedule must list distinct whole hours 0-23, each with a layout name: got %r' % (schedule,))
-    return tuple(sorted(schedule))
-
-
-def hours_of(schedule):
-    """The layout name in force at each hour of the day under a daily ((hour, name), ...) schedule."""
-    schedule = sorted(schedule)
-    names = []
-    for hour in range(HOURS):
-        earlier = [name for start, name in schedule if start <= hour]
-        names.append(earlier[-1] if earlier else schedule[-1][1])
-    return names
 
 
 # ---- the choice --------------------------------------------------------------------------------------------------
@@ -412,9 +253,10 @@ def _reason(hour, layout, end, current_layouts, fleet):
 
 
 def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0,
-                 weights=None):
+                 weights=None, whole_gpus=True):
     """One model's :class:`ModelAdvice` for ``demand_days`` ([[{resource: devices} per hour] per day]); ``weights``:
-    requests per device-hour of each resource (:attr:`Demand.weights`)."""
+    requests per device-hour of each resource (:attr:`Demand.weights`); ``whole_gpus``: whether the advisor may take
+    MIG off GPUs for ``nvidia.com/gpu`` (else only the current catalog's GPUs without MIG serve it)."""
     switch_fraction = min(1.0, max(0.0, float(switch_seconds) / 3600.0))
     catalog = Catalog.from_data(fleet.gpu.profiles)
     wanted = set()
@@ -422,13 +264,14 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
         for hour in day:
             wanted.update(profile_of_resource(r) for r, n in hour.items() if n and r != WHOLE_GPU)
     layouts = gpu_layouts(catalog, wanted)
-    if any(hour.get(WHOLE_GPU) for day in demand_days for hour in day):
-        layouts.append(((MIG_DISABLED, 1),))
     names = []
     for dummy, name in current_schedule:
         if name not in names:
             names.append(name)
     current = dict((name, current_layout(configs, name, fleet)) for name in names)
+    whole_gpu_slots = None
+    if whole_gpus:
+        layouts, whole_gpu_slots = _with_whole_gpus(layouts, demand_days, fleet, current.values())
     current_hourly = [current[name] for name in hours_of(current_schedule)]
     candidates = list(current.values())
 
@@ -438,7 +281,7 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
 
     if layouts:
         for hour in range(HOURS):
-            add(_greedy_mix(fleet, layouts, [day[hour] for day in demand_days], weights))
+            add(_greedy_mix(fleet, layouts, [day[hour] for day in demand_days], weights, whole_gpu_slots))
     dummy, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
     if layouts:
         # a second pass: each chosen period's own mix, for the demand of all its hours
@@ -446,7 +289,7 @@ def advise_model(fleet, demand_days, configs, current_schedule, max_switches=DEF
         for position, (start, index) in enumerate(chosen):
             end = chosen[(position + 1) % len(chosen)][0] if len(chosen) > 1 else start + HOURS
             span = [(start + h) % HOURS for h in range((end - start) % HOURS or HOURS)]
-            add(_greedy_mix(fleet, layouts, [day[h] for day in demand_days for h in span], weights))
+            add(_greedy_mix(fleet, layouts, [day[h] for day in demand_days for h in span], weights, whole_gpu_slots))
         dummy, switches, hourly = _best_schedule(candidates, demand_days, fleet, switch_fraction, max_switches, weights)
     advised_hourly = [candidates[k] for k in hourly]
     placed_by_day = day_placed(demand_days, advised_hourly, fleet, switch_fraction, weights)
@@ -472,7 +315,7 @@ def physical_hosts(fleets):
     return sum(f.hosts for f in fleets)
 
 
-def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_seconds):
+def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_seconds, whole_gpus=True):
     """{model: ModelAdvice}: a resource name several models offer is served by all of them, each model advised for
     what the others' advised layouts leave of it (:func:`_residual`), model by model, and once more round the models
     so that the first advised sees what the later ones took."""
@@ -484,8 +327,15 @@ def _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, 
             others = [[layout.offered(f) for layout in advised[f.model].hourly] for f in fleets
                       if f is not fleet and f.model in advised]
             advised[fleet.model] = advise_model(fleet, _residual(own[fleet.model], others), configs, schedule, max_switches,
-                                                switch_seconds, demand.weights)
+                                                switch_seconds, demand.weights, whole_gpus)
     return tuple(advised[f.model] for f in fleets)
+
+
+def _takes_mig_off(models):
+    """Whether some model's advice has more device indices without MIG, at some hour, than its current catalog."""
+    def off(layout):
+        return layout.slots.count(WHOLE_GPU_LAYOUT)
+    return any(off(advised) > off(current) for m in models for advised, current in zip(m.hourly, m.current_hourly))
 
 
 def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_SWITCHES, switch_seconds=0.0, serial=1,
@@ -524,20 +374,32 @@ def advise(demand, fleets, configs, current_schedule, max_switches=DEFAULT_MAX_S
     hosts = physical_hosts(fleets)
     # the fluid model's switch: for this part of the hour only the instances both layouts share serve
     switch_cost = min(3600.0, rollout.seconds(hosts))
-    single = _advise_models(demand, fleets, offered_by, configs, schedule, 0, switch_cost)
-    switching = _advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_cost) if max_switches else single
     replayed_fleets, share = sample(fleets)
     stream = demand.whole_requests(set(r for r in demand.resources() if r in offered_by), share)
 
     def judged(hourly):
         return replay(stream, demand.days, replayed_fleets, hourly, rollout, patience_minutes, share)
 
-    outcomes = {'current': judged(dict((m.model, m.current_hourly) for m in single)),
-                'single': judged(dict((m.model, m.hourly) for m in single)),
-                'schedule': judged(dict((m.model, m.hourly) for m in switching))}
+    def candidates(whole_gpus):
+        single = _advise_models(demand, fleets, offered_by, configs, schedule, 0, switch_cost, whole_gpus)
+        switching = (_advise_models(demand, fleets, offered_by, configs, schedule, max_switches, switch_cost, whole_gpus)
+                     if max_switches else single)
+        outcomes = {'current': judged(dict((m.model, m.current_hourly) for m in single)),
+                    'single': judged(dict((m.model, m.hourly) for m in single)),
+                    'schedule': judged(dict((m.model, m.hourly) for m in switching))}
+        better = any(m.switches for m in switching) and outcomes['schedule'].placed() > outcomes['single'].placed() * (1.0 + min_gain)
+        return single, switching, outcomes, 'schedule' if better else 'single'
+
+    single, switching, outcomes, choice = candidates(True)
+    chosen = switching if choice == 'schedule' else single
+    if _takes_mig_off(chosen):
+        # MIG taken off GPUs for nvidia.com/gpu only where the replay shows it pays by the threshold
+        kept = candidates(False)
+        if outcomes[choice].placed() <= kept[2][kept[3]].placed() * (1.0 + min_gain):
+            single, switching, outcomes, choice = kept
+            chosen = switching if choice == 'schedule' else single
     switches = any(m.switches for m in switching)
-    choice = 'schedule' if switches and outcomes['schedule'].placed() > outcomes['single'].placed() * (1.0 + min_gain) else 'single'
-    return Advice(switching if choice == 'schedule' else single, tuple(fleets), counted, outcomes, choice,
+    return Advice(chosen, tuple(fleets), counted, outcomes, choice,
                   Judgement(rollout, hosts, min_gain, patience_minutes, len(stream), share,
                             tuple(sorted(set(h for m in switching for h, dummy in m.periods))) if switches else ()))
 
@@ -573,9 +435,12 @@ def fleets_from_facts(hosts):
     return fleets, left_out
 
 
-def schedule_from_switches(switches):
-    """awx_layout_switches ([{layout, time: 'HH:MM'}]) or one layout name -> ((hour, layout), ...); the advisor
-    works by the hour, so a switch at 08:30 counts from 08:00."""
+def schedule_from_switches(switches, timezone='UTC', start=0):
+    """awx_layout_switches ([{layout, time: 'HH:MM', timezone}]) or one layout name -> ((hour, layout), ...) in the
+    advisor's UTC hours. A switch's time is local time in its ``timezone`` (else ``timezone``: the schedules'
+    awx_schedule_timezone, as playbooks/awx_configure.yml reads them), taken at the UTC offset of the window's first
+    day (``start``: its first UTC midnight, UNIX time); the advisor works by the hour, so a switch at 08:30 UTC counts
+    from 08:00."""
     if isinstance(switches, str):
         return ((0, switches),)
     schedule = []
@@ -583,9 +448,28 @@ def schedule_from_switches(switches):
         try:
             hour, minute = [int(part) for part in str(switch['time']).split(':')]
             name = switch['layout']
-        except (KeyError, TypeError, ValueError):
+            zone = switch.get('timezone', timezone)
+        except (AttributeError, KeyError, TypeError, ValueError):
             raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
-        if not 0 <= minute < 60:
+        if not 0 <= hour < HOURS or not 0 <= minute < 60:
             raise AdvisorError('a layout switch must be {layout, time: "HH:MM"}, got %r' % (switch,))
-        schedule.append((hour, name))
+        schedule.append((_utc_hour(hour, minute, zone, start), name))
     return check_schedule(tuple(schedule))
+
+
+def _utc_hour(hour, minute, zone, start):
+    """The UTC hour of ``hour``:``minute`` local time in the IANA ``zone`` on the window's first day."""
+    if zone in ('UTC', 'Etc/UTC'):
+        return hour
+    if zoneinfo is None:
+        raise AdvisorError('the current schedule\'s timezone %r needs Python 3.9 or later (module zoneinfo) on the controller' % (zone,))
+    try:
+        local_zone = zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, OSError, TypeError, ValueError):
+        raise AdvisorError('unknown timezone %r in the current schedule: use an IANA name such as Europe/Berlin or UTC' % (zone,))
+    try:
+        day = datetime.datetime.fromtimestamp(float(start), tz=datetime.timezone.utc).astimezone(local_zone).date()
+    except (OverflowError, OSError, TypeError, ValueError):
+        raise AdvisorError('the window\'s start must be UNIX time, got %r' % (start,))
+    local = datetime.datetime(day.year, day.month, day.day, hour, minute, tzinfo=local_zone)
+    return local.astimezone(datetime.timezone.utc).hour

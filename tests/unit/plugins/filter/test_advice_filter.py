@@ -104,3 +104,13 @@ def test_the_replay_s_verdict_is_returned_and_printed(shipped):
     assert advice['replayed']['current']['placed'] == 0 and advice['replayed']['single']['placed'] == 1
     assert (advice['choice'], advice['keep_current']) == ('single', False)
     assert any(line.endswith('a switch is a rollout of 1 hosts, serial 50%, forks 5, 35 s a host: 35 s') for line in advice['summary'])
+
+
+def test_the_current_schedule_s_timezone_is_read(shipped):
+    """playbooks/mig_advise.yml passes awx_schedule_timezone: an unknown one is refused in one line naming it."""
+    switches = [{'layout': 'daytime', 'time': '08:00'}, {'layout': 'nighttime', 'time': '20:00'}]
+    with pytest.raises(AnsibleFilterError, match="mig_layout_advice: unknown timezone 'Europe/Berln'") as error:
+        mig_layout_advice(request(), hosts(), shipped, switches, timezone='Europe/Berln')
+    assert '\n' not in str(error.value)
+    advice = mig_layout_advice(request(), hosts(), shipped, switches, timezone='Europe/Berlin')
+    assert advice['models'][0]['requested'] == 1.0
