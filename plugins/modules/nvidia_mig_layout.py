@@ -650,7 +650,8 @@ def main_body(module):
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
-                             'or set allow_other_owner if you know what you are doing.' % ', '.join(owners), other_owners=owners)
+                             'or set allow_other_owner if you know what you are doing.' % ', '.join(owners), other_owners=owners,
+                         gpus_changed=False)
 
     apply = params['apply'] and not module.check_mode
     clients = []

@@ -120,7 +120,7 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
                  'sim-a100-01: refused: ' + BUSY_REASON):
         assert line in lines, lines
     assert lines[-1] == ('plan of layout nighttime: 6 of 6 host(s) evaluated, 5 to change, 0 in layout, 1 refused, '
-                         '0 not reached; 8 GPU(s) to change, 47 instance(s) destroyed, 16 created, 0 pod(s) to evict')
+                         '0 failed, 0 not reached; 8 GPU(s) to change, 47 instance(s) destroyed, 16 created, 0 pod(s) to evict')
 
     published = stats_data(run)['mig_layout_rollout']
     assert published['layout'] == 'nighttime' and published['check_mode'] is True
@@ -128,7 +128,7 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
     assert published['not_reached'] == []
     assert published['totals'] == {
         'hosts': 6, 'hosts_evaluated': 6, 'hosts_to_change': 5, 'hosts_in_layout': 0, 'hosts_refused': 1,
-        'hosts_not_reached': 0, 'gpus_to_change': 8, 'instances_destroyed': 47, 'instances_created': 16,
+        'hosts_failed': 0, 'hosts_not_reached': 0, 'hosts_persistence_failed': 0, 'gpus_to_change': 8, 'instances_destroyed': 47, 'instances_created': 16,
         'pods_to_evict': 0}
 
     # A dry run is one batch of every host, whatever mig_layout_serial; 25% of 6 hosts lets one fail.
@@ -158,7 +158,7 @@ def test_a_no_op_rollout_is_the_first_decision_alone(daytime_fleet):
     assert len([e for e in run.events if e.get('event') == 'playbook_on_task_start'
                 and e['event_data'].get('task') == FIRST_DECISION_TASK]) == 1
     assert [without_ids(line) for line in list(run.task_results(PLAN_TASK).values())[0]['msg']][-1] == (
-        'layout daytime: 6 of 6 host(s) evaluated, 0 to change, 6 in layout, 0 refused, 0 not reached; '
+        'layout daytime: 6 of 6 host(s) evaluated, 0 to change, 6 in layout, 0 refused, 0 failed, 0 not reached; '
         '0 GPU(s) to change, 0 instance(s) destroyed, 0 created, 0 pod(s) to evict')
     assert stats_data(run)['mig_layout_rollout']['totals']['hosts_in_layout'] == 6
     # No host left to change: the rollout play takes none, so it has no batch and no progress line.
