@@ -419,3 +419,23 @@ def test_gpus_applied_with_systemctl_failing_is_changed_with_a_warning_never_fai
     lines = list(again.task_results(PLAN_TASK).values())[0]['msg']
     assert ('sim-h100-01: boot persistence to install (through systemctl, no GPU changes): gpufleet-mig-layout.service, '
             'gpufleet-mig-metrics.timer') in lines, lines
+
+
+def test_the_report_plans_what_the_rollout_refuses(ansible_env, daytime_fleet, tmp_path):
+    """Issue 39: the report's planned view decides with the rollout's options (lookup mig_layout_module_options): with
+    mig_layout_unmatched=fail and a layout for GPU 0 only, the hosts with another GPU are refused by both, and the hosts
+    the dry run plans are planned by the report."""
+    before = host_files(daytime_fleet)
+    layout = json.dumps({'mig_layout_unmatched': 'fail', 'mig_layout_configs': {'gpu0': [
+        {'devices': [0], 'mig-enabled': True, 'mig-devices': {'1g': 'max'}}]}})
+    dry = fleet_run(daytime_fleet, args=['--check', '-e', layout], mig_layout_name='gpu0', mig_layout_serial='100%',
+                    mig_layout_max_fail_percentage=100)
+    report = fleet_run(daytime_fleet, 'playbooks/mig_report.yml', args=['-e', layout], mig_report_layout='gpu0',
+                       mig_report_map_path=str(tmp_path / 'map.html'))
+    assert host_files(daytime_fleet) == before
+    # The hosts with a second GPU (sim-a100-01 too: it is also busy) are refused; the one-GPU hosts are planned.
+    refused = ['sim-a100-01', 'sim-a30-01', 'sim-b200-01', 'sim-h100-01']
+    assert sorted(dry.failed) == refused and sorted(dry.changed) == ['sim-h200-01', 'sim-rtxpro-01'], dry.describe()
+    assert sorted(report.failed) == refused, report.describe()
+    for host in refused:
+        assert 'GPU 1' in report.messages[host][-1] and 'is matched by no entry' in report.messages[host][-1], report.messages[host]
