@@ -363,9 +363,16 @@ persistence:
       apply) the one line of the C(systemctl) call that failed, the GPUs being as the run left them, or null.
   returned: always
   type: dict
-  sample:
-    pending: [gpufleet-mig-layout.service]
-    error: null
+  contains:
+    pending:
+      description: The unit files that differ and the units not enabled, left for an apply (a decision or check mode).
+      type: list
+      elements: str
+      sample: [gpufleet-mig-layout.service]
+    error:
+      description: The failed C(systemctl) call of an apply, in one line, or null.
+      type: str
+      sample: null
 gpus_changed:
   description:
     - On a failed apply, whether an NVML change may have been made (V(false) only when the apply was refused before the first

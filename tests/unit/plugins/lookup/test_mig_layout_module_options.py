@@ -88,8 +88,7 @@ def _tasks(items, path, inherited):
         defaults = (item.get('module_defaults') or {}).get(MODULE, inherited)
         for key in ('block', 'rescue', 'always'):
             if key in item:
-                for found in _tasks(item[key], path, defaults):
-                    yield found
+                yield from _tasks(item[key], path, defaults)
         if MODULE in item:
             yield item, defaults
 
