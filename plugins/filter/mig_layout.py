@@ -295,6 +295,34 @@ def mig_layout_instances(instances):
     return instances_text(instances)
 
 
+# The registered results of the role's applies (tasks/apply.yml, main.yml), in the order they run.
+_APPLIES = ('mig_layout__persisted', 'mig_layout__applied', 'mig_layout__declared', 'mig_layout__reapplied')
+
+
+def _outcome(facts):
+    """What a host's facts say happened beyond its decision: whether no decision reached it, whether its failed
+    change may have changed a GPU, and the boot persistence error of an apply whose GPUs reached the layout."""
+    decision = facts.get('mig_layout__decision')
+    applies = [facts.get(name) for name in _APPLIES]
+    applies = [result for result in applies if isinstance(result, dict) and not result.get('skipped')]
+    failed_apply = [result for result in applies if result.get('failed') or result.get('unreachable')]
+    persistence = [((result.get('persistence') or {}).get('error')) for result in applies if result not in failed_apply]
+    return {
+        'unreachable': isinstance(decision, dict) and bool(decision.get('unreachable')),
+        # Touched (tasks/apply.yml sets it just before the apply) and not an apply that says it changed nothing.
+        'gpus_changed': bool(facts.get('mig_layout__gpu_touched')) and not any(
+            result.get('gpus_changed') is False for result in failed_apply),
+        'persistence_error': next((error for error in reversed(persistence) if error), None),
+    }
+
+
+def _decided(decision):
+    """A registered decision that succeeded: the module always returns in_layout then (the rollout's first decision
+    keeps its failures quiet with failed_when: false, which clears ``failed``)."""
+    return (isinstance(decision, dict) and 'in_layout' in decision
+            and not any(decision.get(key) for key in ('failed', 'unreachable', 'skipped')))
+
+
 def mig_layout_fleet_plan(hosts, hostvars, layout, check_mode=False, to_change=None):
     """The fleet plan of the rollout from each host's decision and outcome (the facts the rollout and the role leave).
     With ``to_change`` (the rollout play's hosts), a host outside it was reached by its first decision."""
@@ -304,13 +332,15 @@ def mig_layout_fleet_plan(hosts, hostvars, layout, check_mode=False, to_change=N
         facts = hostvars[host]
         decision = facts.get('mig_layout__decision')
         error = facts.get('mig_layout__failure_reason') or facts.get('mig_layout_rollout_error')
-        records.append({
+        record = {
             'host': host,
             'started': bool(facts.get('mig_layout_rollout_started')) or host in done_first,
-            'decision': decision if isinstance(decision, dict) and not decision.get('failed') else None,
+            'decision': decision if _decided(decision) else None,
             'error': ' '.join(str(error).split()).rstrip('.') if error else None,
             'kubernetes_node': facts.get('mig_layout_k8s_node') or None,
-        })
+        }
+        record.update(_outcome(facts))
+        records.append(record)
     return fleet_plan(records, layout, check_mode)
 
 

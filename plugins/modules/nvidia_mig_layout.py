@@ -96,8 +96,14 @@ options:
         the unit files are still written.
       - Unset, it is detected as Ansible's C(ansible_service_mgr) fact does it, C(systemctl) on C(PATH) and
         C(/run/systemd/system/) present or C(systemd) as PID 1 (containers, the GPU operator's way, have neither).
-      - A decision (O(apply=false)) and check mode never need C(systemctl); an apply with V(true) on a host without it
-        fails before any change, naming this option.
+      - A decision (O(apply=false)) and check mode never call C(systemctl), whatever this option says; the owner check
+        reads the units' links and running units on disk, and the unit files and units to enable are told in
+        RV(persistence.pending) for an apply. An apply with V(true) on a host without C(systemctl) fails before any
+        change, naming this option.
+      - An apply whose GPUs reached the layout but whose C(systemctl) call then failed (a host with C(systemctl) that
+        systemd did not boot) succeeds with the warning C(MIG layout <name> applied, boot persistence failed) and its reason,
+        and RV(persistence.error); C(last_apply.json) records the GPUs' success and C(boot_persistence.json) the
+        failure (metric C(gpufleet_mig_boot_persistence_success)).
     type: bool
   boot_persistence:
     description: Install and enable the systemd unit that re-applies the declared layout at boot.
@@ -350,6 +356,23 @@ systemd:
   description: Whether this run took the host for a systemd host (O(systemd), or detected when it is unset).
   returned: always
   type: bool
+persistence:
+  description:
+    - The boot persistence. C(pending) (a decision or check mode on a systemd host whose GPUs hold the layout) the unit
+      files that differ and the units not enabled, which only an apply installs (through C(systemctl)); C(error) (an
+      apply) the one line of the C(systemctl) call that failed, the GPUs being as the run left them, or null.
+  returned: always
+  type: dict
+  contains:
+    pending:
+      description: The unit files that differ and the units not enabled, left for an apply (a decision or check mode).
+      type: list
+      elements: str
+      sample: [gpufleet-mig-layout.service]
+    error:
+      description: The failed C(systemctl) call of an apply, in one line, or null.
+      type: str
+      sample: null
 gpus_changed:
   description:
     - On a failed apply, whether an NVML change may have been made (V(false) only when the apply was refused before the first
@@ -413,6 +436,7 @@ expected_device_ids:
 '''
 
 import contextlib
+import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
@@ -421,7 +445,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.mig.plugins.module_utils import _payload_import  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_install, _host_files
 from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import metrics_content, record_apply, resolve_failure
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import (
+    metrics_content,
+    record_apply,
+    record_persistence,
+    resolve_failure,
+)
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, deferred_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
@@ -445,17 +474,21 @@ class Systemd(object):
     """The few systemctl calls the module makes, as argument lists; a no-op where systemd does not run.
 
     ``wanted``: the systemd option; None detects it (systemctl on PATH and systemd managing the host,
-    _host_files.systemd_runs). Reads (a unit active or enabled) are skipped where systemctl is missing,
-    so that a read-only run never needs it; :meth:`missing` is the one line an apply fails with then.
+    _host_files.systemd_runs). ``may_call``: whether this run may call systemctl at all: an apply, not check mode.
+    A decision (apply=false) and check mode never do, whatever ``wanted`` says: they read what systemctl would
+    answer from the unit links and the running units' ids on disk (_host_files), so that a read-only run never
+    needs it; :meth:`missing` is the one line an apply fails with where it is missing.
     A failed call raises SystemctlError rather than calling fail_json, so that the GPU clients stopped
     for a change are still started again on the way out.
     """
 
-    def __init__(self, module, wanted):
+    def __init__(self, module, wanted, may_call, unit_folders=()):
         self.module = module
         self.command = module.get_bin_path('systemctl')
         self.enabled = wanted if wanted is not None else bool(self.command) and _host_files.systemd_runs()
-        self.usable = self.enabled and bool(self.command)
+        self.may_call = may_call
+        self.usable = self.enabled and bool(self.command) and may_call
+        self.unit_folders = tuple(unit_folders) + tuple(f for f in _host_files.UNIT_FOLDERS if f not in unit_folders)
 
     def missing(self):
         """Why an apply cannot run with systemd=true here (no systemctl on PATH), or None."""
@@ -466,12 +499,19 @@ class Systemd(object):
         return None
 
     def _run(self, *args):
+        if not self.may_call:
+            # A guard, not a path: every caller checks usable first.
+            raise SystemctlError('a read-only run called systemctl %s' % ' '.join(args))
         return self.module.run_command([self.command] + list(args))
 
     def is_active(self, unit):
+        if self.enabled and not self.may_call:
+            return _host_files.unit_running_on_disk(unit)
         return self.usable and self._run('is-active', '--quiet', unit)[0] == 0
 
     def is_enabled(self, unit):
+        if self.enabled and not self.may_call:
+            return _host_files.unit_enabled_on_disk(unit, self.unit_folders)
         return self.usable and self._run('is-enabled', '--quiet', unit)[0] == 0
 
     def _failure(self, args):
@@ -479,7 +519,7 @@ class Systemd(object):
         rc, out, err = self._run(*args)
         if rc == 0:
             return None
-        return 'systemctl %s failed (rc=%d): %s' % (' '.join(args), rc, (err or out).strip())
+        return 'systemctl %s failed (rc=%d): %s' % (' '.join(args), rc, ' '.join((err or out).split()))
 
     def must(self, *args):
         failure = self._failure(args)
@@ -529,23 +569,41 @@ def paths_of(params):
 
 
 def keep_files(module, systemd, paths, request):
-    """Write the boot-time files that differ; enable the units (a changed unit reloads systemd first)."""
+    """Write the boot-time files that differ; on an apply, enable the units (a changed unit reloads systemd first).
+
+    Returns (the paths that changed, the boot persistence: ``pending`` units and ``error``). A decision writes no unit
+    file and enables nothing (that needs systemctl): the units that differ or are not enabled are ``pending``, for the
+    apply. An apply whose systemctl call fails keeps what it wrote and says why in ``error``: the GPUs are as the run
+    left them, only the boot persistence failed.
+    """
     params = module.params
     files = _boot_install.boot_files(paths, request, params['boot_persistence'], metrics_timer=bool(paths.metrics_dir))
-    changed = _host_files.sync(files, module.check_mode)
     units = []
     if params['boot_persistence']:
         units.append(_boot_install.LAYOUT_UNIT)
     if systemd.enabled and paths.metrics_dir:
         units.append(_boot_install.METRICS_TIMER)
+    persistence = dict(pending=[], error=None)
+    if systemd.enabled and units and not systemd.may_call:
+        unit_files = [item for item in files if os.path.dirname(item[0]) == paths.systemd_dir.rstrip('/')]
+        persistence['pending'] = sorted(set(os.path.basename(path) for path, content, dummy in unit_files
+                                            if _host_files.differs(path, content))
+                                        | set(unit for unit in units if not systemd.is_enabled(unit)))
+        if not module.check_mode:
+            files = [item for item in files if item not in unit_files]
+    changed = _host_files.sync(files, module.check_mode)
     if systemd.usable and units and not module.check_mode:
-        if any(path.startswith(paths.systemd_dir) for path in changed):
-            systemd.must('daemon-reload')
-        for unit in units:
-            if not systemd.is_enabled(unit):
-                systemd.must('enable', '--now', unit) if unit.endswith('.timer') else systemd.must('enable', unit)
-                changed.append('systemd:%s enabled' % unit)
-    return changed
+        try:
+            if any(path.startswith(paths.systemd_dir) for path in changed):
+                systemd.must('daemon-reload')
+            for unit in units:
+                if not systemd.is_enabled(unit):
+                    systemd.must('enable', '--now', unit) if unit.endswith('.timer') else systemd.must('enable', unit)
+                    changed.append('systemd:%s enabled' % unit)
+        except SystemctlError as exc:
+            persistence['error'] = str(exc)
+        record_persistence(paths.config_dir, request.name, persistence['error'], 'ansible')
+    return changed, persistence
 
 
 def refresh_metrics(module, host, paths, request):
@@ -587,18 +645,20 @@ def main_body(module):
     entries = check_layout(configs, params['name'])
     problems = layout_problems(configs, skip=params['name'])
     paths = paths_of(params)
-    systemd = Systemd(module, params['systemd'])
+    # Only a change calls systemctl (clients stopped, units enabled); a decision or check mode reads the disk instead.
+    systemd = Systemd(module, params['systemd'], may_call=params['apply'] and not module.check_mode,
+                      unit_folders=(params['systemd_dir'],))
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
                             evict=params['evict'], drain=params['drain'], defer_pending=params['defer_pending'],
                             create_only=params['create_only'])
-    # Only a change needs systemctl (clients stopped, units enabled); a decision or check mode reads without it.
     if params['apply'] and not module.check_mode and systemd.missing():
         module.fail_json(msg=systemd.missing())
     owners = other_owners(module, systemd)
     if owners:
         module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
-                             'or set allow_other_owner if you know what you are doing.' % ', '.join(owners), other_owners=owners)
+                             'or set allow_other_owner if you know what you are doing.' % ', '.join(owners), other_owners=owners,
+                         gpus_changed=False)
 
     apply = params['apply'] and not module.check_mode
     clients = []
@@ -646,12 +706,18 @@ def main_body(module):
         # holds it or the apply brought it there (a mode pending a reboot included): after a decision
         # alone, or a refused change, a reboot still applies the previous one.
         files = []
+        persistence = dict(pending=[], error=None)
         if (params['apply'] and not deferred) or before.in_layout:
-            files = keep_files(module, systemd, paths, request)
+            files, persistence = keep_files(module, systemd, paths, request)
             refresh_metrics(module, host, paths, request)
     resources = node_resources(host)
     expected_ids = expected_device_ids(host)
     final = after or before
+    if persistence['error']:
+        # The GPUs hold what the run left them (last_apply.json says so); only the boot unit failed: a warning and
+        # its own record and metric (gpufleet_mig_boot_persistence_success), never a failed run.
+        module.warn('MIG layout %s %s, boot persistence failed: %s' % (
+            request.name, 'applied' if done else 'in layout', persistence['error']))
     for gpu in before.unmatched:
         module.warn('GPU %s (%s) is left as it is: %s' % (gpu['index'], gpu.get('name'), gpu['reason']))
     output = dict(
@@ -672,6 +738,7 @@ def main_body(module):
         resources=resources,
         expected_device_ids=expected_ids,
         systemd=systemd.enabled,
+        persistence=persistence,
     )
     if module._diff:
         output['diff'] = diff_of(before, after)

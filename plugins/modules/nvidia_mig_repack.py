@@ -32,8 +32,10 @@ options:
     description:
       - Repack a GPU whose fragmentation (C(1 - largest placeable slices / largest placeable slices after the best
         rearrangement of the same instances)) is above this.
+      - The default is the P(gpufleet.mig.mig_layout#role) role's C(mig_layout_repack_fragmentation_above) and the fleet
+        map's, so that the module and playbooks/mig_repack.yml repack the same GPUs.
     type: float
-    default: 0.0
+    default: 0.25
   stranded_above:
     description:
       - Repack a GPU with more stranded memory slices than this (free slices unusable as placed that the best
@@ -243,7 +245,7 @@ def main_body(module):
 def main():
     argument_spec = dict(
         gpus=dict(type='list', elements='str', default=['all']),
-        fragmentation_above=dict(type='float', default=0.0),
+        fragmentation_above=dict(type='float', default=0.25),
         stranded_above=dict(type='int', default=0),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)

@@ -111,6 +111,8 @@ def test_configure_creates_everything_by_name_then_changes_nothing(fake_awx, tmp
         assert (jt['project'], jt['inventory'], jt['organization'], jt['execution_environment']) == (
             project['id'], inventory['id'], org['id'], ee['id'])
         assert os.path.isfile(os.path.join(REPO, jt['playbook'])), jt['playbook']
+        # Issue 39: an installed collection gets no ansible.cfg; every job says its forks.
+        assert jt['forks'] == defaults['awx_job_forks'] == 10, jt
     for layout in ('daytime', 'nighttime'):
         jt = templates['MIG layout - %s' % layout]
         assert jt['playbook'] == 'playbooks/mig_layout.yml'

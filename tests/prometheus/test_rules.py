@@ -33,7 +33,7 @@ METRICS_DOC = os.path.join(REPO, 'docs', 'metrics.md')
 MIG_MODELS = sorted(key for key, model in simulator.MODELS.items() if model['mig_capable'])
 WITHOUT_MIG = sorted(key for key, model in simulator.MODELS.items() if not model['mig_capable'])
 # Alerts about one host as a whole: every other alert names a GPU.
-HOST_ALERTS = ('MigLayoutApplyFailed', 'MigMetricsStale')
+HOST_ALERTS = ('MigLayoutApplyFailed', 'MigBootPersistenceFailed', 'MigMetricsStale')
 
 
 def rules():

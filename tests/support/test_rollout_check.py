@@ -120,7 +120,7 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
                  'sim-a100-01: refused: ' + BUSY_REASON):
         assert line in lines, lines
     assert lines[-1] == ('plan of layout nighttime: 6 of 6 host(s) evaluated, 5 to change, 0 in layout, 1 refused, '
-                         '0 not reached; 8 GPU(s) to change, 47 instance(s) destroyed, 16 created, 0 pod(s) to evict')
+                         '0 failed, 0 not reached; 8 GPU(s) to change, 47 instance(s) destroyed, 16 created, 0 pod(s) to evict')
 
     published = stats_data(run)['mig_layout_rollout']
     assert published['layout'] == 'nighttime' and published['check_mode'] is True
@@ -128,7 +128,7 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
     assert published['not_reached'] == []
     assert published['totals'] == {
         'hosts': 6, 'hosts_evaluated': 6, 'hosts_to_change': 5, 'hosts_in_layout': 0, 'hosts_refused': 1,
-        'hosts_not_reached': 0, 'gpus_to_change': 8, 'instances_destroyed': 47, 'instances_created': 16,
+        'hosts_failed': 0, 'hosts_not_reached': 0, 'hosts_persistence_failed': 0, 'gpus_to_change': 8, 'instances_destroyed': 47, 'instances_created': 16,
         'pods_to_evict': 0}
 
     # A dry run is one batch of every host, whatever mig_layout_serial; 25% of 6 hosts lets one fail.
@@ -158,7 +158,7 @@ def test_a_no_op_rollout_is_the_first_decision_alone(daytime_fleet):
     assert len([e for e in run.events if e.get('event') == 'playbook_on_task_start'
                 and e['event_data'].get('task') == FIRST_DECISION_TASK]) == 1
     assert [without_ids(line) for line in list(run.task_results(PLAN_TASK).values())[0]['msg']][-1] == (
-        'layout daytime: 6 of 6 host(s) evaluated, 0 to change, 6 in layout, 0 refused, 0 not reached; '
+        'layout daytime: 6 of 6 host(s) evaluated, 0 to change, 6 in layout, 0 refused, 0 failed, 0 not reached; '
         '0 GPU(s) to change, 0 instance(s) destroyed, 0 created, 0 pod(s) to evict')
     assert stats_data(run)['mig_layout_rollout']['totals']['hosts_in_layout'] == 6
     # No host left to change: the rollout play takes none, so it has no batch and no progress line.
@@ -316,6 +316,8 @@ def test_preflight_refuses_a_layout_that_matches_no_gpu_of_any_host(daytime_flee
     assert FIRST_DECISION_TASK in uncached.stdout and PREFLIGHT_READ not in uncached.stdout, uncached.stdout[-3000:]
     assert 'PLAY [Roll out the MIG layout]' not in uncached.stdout
     assert 'NVIDIA H200 0x233510DE' in uncached.stdout, uncached.stdout[-3000:]
+    # Told once: the first decisions' refusals are quiet (no error block per host), the fleet's refusal is one line.
+    assert '...ignoring' not in uncached.stdout and uncached.stdout.count('fatal: [') == 1, uncached.stdout[-3000:]
     # Every host a Kubernetes node: no first decision, the summary read tells the GPUs, the same refusal.
     nodes = ansible_playbook(daytime_fleet, str(tmp_path / 'no-cache-nodes'), '--check', '-e', nowhere,
                              '-e', json.dumps({'mig_layout_k8s_node': '{{ inventory_hostname }}'}))
@@ -365,3 +367,75 @@ def test_a_dry_run_and_the_report_with_systemd_unset_never_need_systemctl(ansibl
                        mig_report_map_path=str(tmp_path / 'map.html'))
     assert 'systemctl' not in report.describe() and os.path.exists(str(tmp_path / 'map.html')), report.describe()
     assert host_files(daytime_fleet) == before
+
+
+FAILING_SYSTEMCTL = '''#!/bin/sh
+echo "$*" >> "%s"
+case "$1" in is-active|is-enabled) exit 3;; esac
+echo "System has not been booted with systemd as init system (PID 1). Can't operate." >&2
+exit 1
+'''
+
+
+def test_gpus_applied_with_systemctl_failing_is_changed_with_a_warning_never_failed(ansible_env, tmp_path_factory, tmp_path):
+    """Issue 39: mig_layout_systemd: true on hosts whose systemctl exists but which systemd did not boot. The switch
+    changes the GPUs, then systemctl daemon-reload fails: every host is changed with a warning (the plan says so, the
+    run succeeds), last_apply.json says success and boot_persistence.json the failure. The dry run and the decisions
+    after it call no systemctl and tell the boot persistence left to install."""
+    folder = tmp_path / 'bin'
+    folder.mkdir()
+    log = tmp_path / 'systemctl.log'
+    (folder / 'systemctl').write_text(FAILING_SYSTEMCTL % log)
+    (folder / 'systemctl').chmod(0o755)
+    envvars = {'PATH': '%s:%s' % (folder, os.environ['PATH'])}
+    state_dir = str(tmp_path_factory.mktemp('fleet') / 'state')
+    assert fleet_run(state_dir, 'simulator/seed.yml').rc == 0
+    systemd = ['-e', '{"mig_layout_systemd": true}']
+
+    dry = fleet_run(state_dir, args=['--check'] + systemd, envvars=envvars, mig_layout_name='daytime',
+                    mig_layout_serial='100%')
+    assert dry.rc == 0 and not log.exists(), dry.describe()
+
+    run = fleet_run(state_dir, args=systemd, envvars=envvars, mig_layout_name='daytime', mig_layout_serial='100%')
+    assert run.rc == 0 and run.failed == [] and run.changed == sorted(HOSTS), run.describe()
+    lines = list(run.task_results(PLAN_TASK).values())[0]['msg']
+    for host in HOSTS:
+        assert ('%s: applied, boot persistence failed: systemctl daemon-reload failed (rc=1): System has not been booted '
+                'with systemd as init system (PID 1). Can\'t operate.' % host) in lines, lines
+        config = os.path.join(state_dir, host, 'etc', 'gpufleet-mig')
+        with open(os.path.join(config, 'last_apply.json')) as handle:
+            assert json.load(handle)['result'] == 'success'
+        with open(os.path.join(config, 'boot_persistence.json')) as handle:
+            assert json.load(handle)['result'] == 'failed'
+    assert lines[-1].startswith('layout daytime: 6 of 6 host(s) evaluated, 6 to change, 0 in layout, 0 refused, 0 failed, '
+                                '0 not reached;') and lines[-1].endswith('; 6 applied with a warning (boot persistence failed)')
+    published = stats_data(run)['mig_layout_rollout']
+    assert published['totals']['hosts_persistence_failed'] == 6 and sorted(published['warnings']) == sorted(HOSTS)
+
+    calls = log.read_text().splitlines()
+    again = fleet_run(state_dir, args=['--check'] + systemd, envvars=envvars, mig_layout_name='daytime',
+                      mig_layout_serial='100%')
+    assert again.rc == 0 and log.read_text().splitlines() == calls, again.describe()
+    lines = list(again.task_results(PLAN_TASK).values())[0]['msg']
+    assert ('sim-h100-01: boot persistence to install (through systemctl, no GPU changes): gpufleet-mig-layout.service, '
+            'gpufleet-mig-metrics.timer') in lines, lines
+
+
+def test_the_report_plans_what_the_rollout_refuses(ansible_env, daytime_fleet, tmp_path):
+    """Issue 39: the report's planned view decides with the rollout's options (lookup mig_layout_module_options): with
+    mig_layout_unmatched=fail and a layout for GPU 0 only, the hosts with another GPU are refused by both, and the hosts
+    the dry run plans are planned by the report."""
+    before = host_files(daytime_fleet)
+    layout = json.dumps({'mig_layout_unmatched': 'fail', 'mig_layout_configs': {'gpu0': [
+        {'devices': [0], 'mig-enabled': True, 'mig-devices': {'1g': 'max'}}]}})
+    dry = fleet_run(daytime_fleet, args=['--check', '-e', layout], mig_layout_name='gpu0', mig_layout_serial='100%',
+                    mig_layout_max_fail_percentage=100)
+    report = fleet_run(daytime_fleet, 'playbooks/mig_report.yml', args=['-e', layout], mig_report_layout='gpu0',
+                       mig_report_map_path=str(tmp_path / 'map.html'))
+    assert host_files(daytime_fleet) == before
+    # The hosts with a second GPU (sim-a100-01 too: it is also busy) are refused; the one-GPU hosts are planned.
+    refused = ['sim-a100-01', 'sim-a30-01', 'sim-b200-01', 'sim-h100-01']
+    assert sorted(dry.failed) == refused and sorted(dry.changed) == ['sim-h200-01', 'sim-rtxpro-01'], dry.describe()
+    assert sorted(report.failed) == refused, report.describe()
+    for host in refused:
+        assert 'GPU 1' in report.messages[host][-1] and 'is matched by no entry' in report.messages[host][-1], report.messages[host]

@@ -28,6 +28,31 @@ SYSTEMD_CANARIES = ('/run/systemd/system/', '/dev/.run/systemd/', '/dev/.systemd
 PID1_COMM = '/proc/1/comm'
 
 
+# Where systemctl enable puts a unit's links (its [Install] target's .wants or .requires folder) and where a unit that
+# runs keeps its invocation id (systemd >= 232, /run/systemd/units/invocation:<unit>): read, not asked, by a decision,
+# which never calls systemctl (the apply asks systemctl again before it changes anything).
+UNIT_FOLDERS = ('/etc/systemd/system', '/run/systemd/system', '/usr/lib/systemd/system', '/lib/systemd/system')
+RUNNING_UNITS = '/run/systemd/units'
+
+
+def unit_enabled_on_disk(unit, folders):
+    """Whether a .wants or .requires folder of ``folders`` links ``unit`` (what systemctl enable leaves)."""
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except (IOError, OSError):
+            continue
+        for name in names:
+            if name.endswith(('.wants', '.requires')) and os.path.lexists(os.path.join(folder, name, unit)):
+                return True
+    return False
+
+
+def unit_running_on_disk(unit):
+    """Whether systemd keeps an invocation id for ``unit`` (it runs, or ran and was not collected yet)."""
+    return os.path.lexists(os.path.join(RUNNING_UNITS, 'invocation:%s' % unit))
+
+
 def systemd_runs():
     """Whether systemd manages this host: one of its canary folders exists, or PID 1 is systemd."""
     if any(os.path.exists(path) for path in SYSTEMD_CANARIES):

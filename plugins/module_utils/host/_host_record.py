@@ -32,6 +32,9 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources im
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError, check_layout, validate_configs
 
 LAST_APPLY_FILE = 'last_apply.json'
+# The boot persistence (the boot unit enabled through systemctl) apart from the GPUs: an apply whose GPUs reached the
+# layout succeeded even where systemctl then failed, and last_apply.json says so; this record says the rest.
+PERSISTENCE_FILE = 'boot_persistence.json'
 STRANDED_FILE = 'stranded_slice_seconds.json'
 
 
@@ -77,6 +80,27 @@ def resolve_failure(config_dir, layout_name, source):
     return record_apply(config_dir, layout_name, 'success', source)
 
 
+def record_persistence(config_dir, layout_name, error, source):
+    """The boot persistence of an apply that called systemctl: success, or failed with ``error`` (one line). Written
+    only when it says something new (a failure, or a success after a failure or of another layout)."""
+    path = os.path.join(config_dir, PERSISTENCE_FILE)
+    last = read_persistence(config_dir)
+    if not error and last and last.get('result') == 'success' and last.get('layout') == layout_name:
+        return None
+    record = {'layout': layout_name, 'result': 'failed' if error else 'success', 'source': source,
+              'timestamp': int(time.time()), 'message': error or ''}
+    write_atomically(path, json.dumps(record, sort_keys=True) + '\n')
+    return record
+
+
+def read_persistence(config_dir):
+    try:
+        with open(os.path.join(config_dir, PERSISTENCE_FILE)) as handle:
+            return json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+
+
 def read_last_apply(config_dir):
     try:
         with open(_last_apply_path(config_dir)) as handle:
@@ -95,7 +119,7 @@ def metrics_content(host, request, config_dir, pod_devices=None):
     except UnknownDeviceIds:
         # Pods only label the metrics: without them the GPUs are still described (a plan would refuse instead).
         holders = None
-    return render(host, request.name, in_layout, read_last_apply(config_dir), holders, totals)
+    return render(host, request.name, in_layout, read_last_apply(config_dir), holders, totals, read_persistence(config_dir))
 
 
 def _pod_devices(socket_path):

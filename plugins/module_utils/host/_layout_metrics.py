@@ -46,6 +46,8 @@ _HELP = (
     ('gpufleet_mig_layout_info', 'gauge', 'The declared layout of this host, as a label.'),
     ('gpufleet_mig_layout_last_apply_success', 'gauge', 'Whether the last apply of the layout succeeded.'),
     ('gpufleet_mig_layout_last_apply_timestamp_seconds', 'gauge', 'Unix time of the last apply of the layout.'),
+    ('gpufleet_mig_boot_persistence_success', 'gauge',
+     'Whether the last apply that enabled the boot unit through systemctl succeeded at it (the GPUs: last_apply_success).'),
 )
 
 
@@ -85,12 +87,13 @@ def accumulate_stranded(path, stranded, now):
     return totals
 
 
-def render(host, layout_name, in_layout_by_uuid, last_apply, holders=None, stranded_totals=None):
+def render(host, layout_name, in_layout_by_uuid, last_apply, holders=None, stranded_totals=None, persistence=None):
     """The textfile content: one block per metric, one sample per GPU (and profile, or instance).
 
     ``in_layout_by_uuid``: {GPU uuid: whether it holds the declared layout, None when no entry
     matches it} (from _layout_converge). ``holders``: the pods that hold each GPU (_host_model.HostHolders,
     from _pod_allocations.allocations_of). ``stranded_totals``: {GPU uuid: slice-seconds} (accumulate_stranded).
+    ``persistence``: the record of the boot persistence (_host_record.read_persistence), apart from ``last_apply``.
     Free-space figures need the profiles, which NVML describes only while MIG is enabled.
     """
     holders = holders or HostHolders()
@@ -136,6 +139,9 @@ def render(host, layout_name, in_layout_by_uuid, last_apply, holders=None, stran
         labels = {'layout': last_apply.get('layout', ''), 'source': last_apply.get('source', '')}
         samples['gpufleet_mig_layout_last_apply_success'].append((labels, int(last_apply.get('result') == 'success')))
         samples['gpufleet_mig_layout_last_apply_timestamp_seconds'].append((labels, int(last_apply.get('timestamp', 0))))
+    if persistence:
+        samples['gpufleet_mig_boot_persistence_success'].append(
+            ({'layout': persistence.get('layout', '')}, int(persistence.get('result') == 'success')))
     lines = []
     for name, kind, text in _HELP:
         if not samples[name]:

@@ -251,6 +251,12 @@ def known_gpus(decision):
     return sorted(found, key=lambda gpu: gpu['index'])
 
 
+def quiet_failure(result):
+    """A failed nvidia_mig_layout result kept quiet with ``failed_when: false`` (which clears ``failed``): the
+    rollout's first decision. A decision that succeeded always carries ``in_layout``, a failure never."""
+    return isinstance(result, dict) and 'failed_when_result' in result and 'in_layout' not in result
+
+
 def decision_gpus(decision):
     """:func:`known_gpus` of a registered nvidia_mig_layout result, or None where it told no GPUs: a decision that
     succeeded tells them, and so does the refusal of a host where the layout matches none of its MIG-capable GPUs
@@ -258,7 +264,7 @@ def decision_gpus(decision):
     that failed for another reason, tells nothing."""
     if not isinstance(decision, dict) or decision.get('skipped') or decision.get('unreachable'):
         return None
-    if decision.get('failed') and 'unmatched_gpus' not in decision:
+    if (decision.get('failed') or quiet_failure(decision)) and 'unmatched_gpus' not in decision:
         return None
     return known_gpus(decision)
 

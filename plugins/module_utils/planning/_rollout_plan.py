@@ -190,7 +190,13 @@ def settled(decision):
     in its layout: the rollout has nothing more to do there. A skipped, failed or unreachable decision, or one that found
     the host different, is not: the role decides again there."""
     return (isinstance(decision, dict) and decision.get('in_layout') is True
-            and not any(decision.get(key) for key in ('failed', 'unreachable', 'skipped')))
+            and not any(decision.get(key) for key in ('failed', 'unreachable', 'skipped'))
+            and not persistence_pending(decision))
+
+
+def persistence_pending(decision):
+    """The boot unit files and units a decision (which never calls systemctl) left for an apply to install."""
+    return list(((decision or {}).get('persistence') or {}).get('pending') or [])
 
 
 def unfinished(hosts, started, errors, settings, change):
@@ -270,13 +276,22 @@ def _gpu_plan(gpu):
 
 
 def _host_plan(record):
+    """One host's plan from its record; its ``status`` says what happened (a dry run: what would):
+
+    ``change`` (its GPUs change; with ``warning`` when they did and the boot persistence failed), ``in layout``,
+    ``refused`` (nothing changed: the change was refused or failed before any GPU changed), ``failed`` (the change
+    failed after a GPU may have changed) or ``not reached`` (the rollout did not reach it, or could not)."""
     decision = record.get('decision') or {}
-    host = {'host': record['host'], 'gpus': [], 'pods_to_evict': [], 'unmatched_gpus': [], 'reason': None}
-    if record.get('error'):
-        host.update(status='refused' if record.get('started') else 'not reached', reason=record['error'])
-        return host
-    if not record.get('started') or not decision:
+    host = {'host': record['host'], 'gpus': [], 'pods_to_evict': [], 'unmatched_gpus': [], 'reason': None,
+            'warning': None, 'boot_units': []}
+    if record.get('unreachable') or not record.get('started'):
         host.update(status='not reached', reason=record.get('error'))
+        return host
+    if record.get('error'):
+        host.update(status='failed' if record.get('gpus_changed') else 'refused', reason=record['error'])
+        return host
+    if not decision:
+        host.update(status='not reached', reason=None)
         return host
     host['gpus'] = [_gpu_plan(gpu) for gpu in decision.get('gpus') or []]
     host['pods_to_evict'] = sorted(decision.get('pods_to_evict') or [])
@@ -286,9 +301,33 @@ def _host_plan(record):
         # such a host; a decision from before that rule still reads as refused).
         host.update(status='refused', reason='the layout matches none of its MIG-capable GPUs: %s' % '; '.join(host['unmatched_gpus']))
         return host
-    host['status'] = 'in layout' if decision.get('in_layout') else 'change'
+    host['boot_units'] = persistence_pending(decision)
+    host['status'] = 'in layout' if decision.get('in_layout') and not host['boot_units'] else 'change'
+    if record.get('persistence_error'):
+        host['warning'] = 'boot persistence failed: %s' % record['persistence_error']
     host['kubernetes_node'] = record.get('kubernetes_node') or None
     return host
+
+
+# At most this many hosts are named in the one line of a reason several hosts share.
+NAMED_HOSTS = 10
+
+
+def _shared_reason_lines(reasons, outcome, every):
+    """One line per distinct reason of ``reasons`` ({host: reason}), with the hosts it concerns: a refusal common to the
+    fleet is told once, not once per host."""
+    by_reason = {}
+    for host in sorted(reasons):
+        by_reason.setdefault(reasons[host], []).append(host)
+    lines = []
+    for reason, hosts in sorted(by_reason.items(), key=lambda item: item[1][0]):
+        if len(hosts) == 1:
+            lines.append('%s: %s: %s' % (hosts[0], outcome, reason))
+            continue
+        named = ', '.join(hosts[:NAMED_HOSTS]) + (' and %d more' % (len(hosts) - NAMED_HOSTS) if len(hosts) > NAMED_HOSTS else '')
+        lines.append('%s: %s: %s' % ('every host (%d)' % len(hosts) if every and len(hosts) == every else
+                                     '%d hosts (%s)' % (len(hosts), named), outcome, reason))
+    return lines
 
 
 def _line(host, gpu):
@@ -311,15 +350,19 @@ def fleet_plan(records, layout, check_mode=False):
     """The plan of the whole fleet from each host's record, in the play's order.
 
     ``records``: [{'host', 'started' (its batch reached it), 'decision' (nvidia_mig_layout's result with
-    ``apply: false``, or None), 'error' (why the host was refused, failed or not reached, or None),
-    'kubernetes_node'}]. Returns {'layout', 'check_mode', 'hosts': [...], 'refused': {host: reason},
-    'not_reached': [hosts], 'totals': {...}, 'lines': [one line per GPU that changes, per refused host, and the
-    totals]}.
+    ``apply: false``, or None), 'error' (why the host was refused or failed, or None), 'unreachable' (no decision could
+    reach it), 'gpus_changed' (its failed change may have changed a GPU), 'persistence_error' (its GPUs reached the
+    layout, then systemctl failed), 'kubernetes_node'}]. Returns {'layout', 'check_mode', 'hosts': [...],
+    'refused': {host: reason}, 'failed': {host: reason}, 'not_reached': [hosts], 'warnings': {host: warning},
+    'totals': {...}, 'lines': [one line per GPU that changes, per reason of refused or failed hosts (told once for the
+    hosts it concerns), per host not reached, per warning, and the totals]}.
     """
     hosts = [_host_plan(record) for record in records]
     refused = dict((h['host'], h['reason']) for h in hosts if h['status'] == 'refused')
+    failed = dict((h['host'], h['reason']) for h in hosts if h['status'] == 'failed')
     not_reached = [h['host'] for h in hosts if h['status'] == 'not reached']
     changing = [h for h in hosts if h['status'] == 'change']
+    warnings = dict((h['host'], h['warning']) for h in changing if h['warning'])
     gpus = [(h, g) for h in changing for g in h['gpus'] if not g['in_layout']]
     pods = sorted(set(p for h in changing for p in h['pods_to_evict']))
     totals = {
@@ -328,7 +371,9 @@ def fleet_plan(records, layout, check_mode=False):
         'hosts_to_change': len(changing),
         'hosts_in_layout': len([h for h in hosts if h['status'] == 'in layout']),
         'hosts_refused': len(refused),
+        'hosts_failed': len(failed),
         'hosts_not_reached': len(not_reached),
+        'hosts_persistence_failed': len(warnings),
         'gpus_to_change': len(gpus),
         'instances_destroyed': sum(g['instances_destroyed'] for dummy, g in gpus),
         'instances_created': sum(g['instances_created'] for dummy, g in gpus),
@@ -339,14 +384,20 @@ def fleet_plan(records, layout, check_mode=False):
         if h['pods_to_evict']:
             lines.append('%s: pods to evict%s: %s' % (h['host'], ' from node %s' % h['kubernetes_node']
                                                       if h.get('kubernetes_node') else '', ', '.join(h['pods_to_evict'])))
-    lines.extend('%s: refused: %s' % (host, reason) for host, reason in sorted(refused.items()))
+        if h['boot_units'] and not h['warning']:
+            lines.append('%s: boot persistence to install (through systemctl, no GPU changes): %s' % (
+                h['host'], ', '.join(h['boot_units'])))
+    lines.extend(_shared_reason_lines(refused, 'refused', len(hosts)))
+    lines.extend(_shared_reason_lines(failed, 'failed after a GPU may have changed', len(hosts)))
     lines.extend('%s: not reached%s' % (h['host'], ': %s' % h['reason'] if h['reason'] else '')
                  for h in hosts if h['status'] == 'not reached')
-    lines.append('%s %s: %d of %d host(s) evaluated, %d to change, %d in layout, %d refused, %d not reached; '
-                 '%d GPU(s) to change, %d instance(s) destroyed, %d created, %d pod(s) to evict' % (
+    lines.extend('%s: applied, %s' % (host, warning) for host, warning in sorted(warnings.items()))
+    lines.append('%s %s: %d of %d host(s) evaluated, %d to change, %d in layout, %d refused, %d failed, %d not reached; '
+                 '%d GPU(s) to change, %d instance(s) destroyed, %d created, %d pod(s) to evict%s' % (
                      'plan of layout' if check_mode else 'layout', layout, totals['hosts_evaluated'], totals['hosts'],
-                     totals['hosts_to_change'], totals['hosts_in_layout'], totals['hosts_refused'],
+                     totals['hosts_to_change'], totals['hosts_in_layout'], totals['hosts_refused'], totals['hosts_failed'],
                      totals['hosts_not_reached'], totals['gpus_to_change'], totals['instances_destroyed'],
-                     totals['instances_created'], totals['pods_to_evict']))
-    return {'layout': layout, 'check_mode': bool(check_mode), 'hosts': hosts, 'refused': refused,
-            'not_reached': not_reached, 'totals': totals, 'lines': lines}
+                     totals['instances_created'], totals['pods_to_evict'],
+                     '; %d applied with a warning (boot persistence failed)' % len(warnings) if warnings else ''))
+    return {'layout': layout, 'check_mode': bool(check_mode), 'hosts': hosts, 'refused': refused, 'failed': failed,
+            'not_reached': not_reached, 'warnings': warnings, 'totals': totals, 'lines': lines}

@@ -17,6 +17,7 @@ import yaml
 from ansible.utils import display as display_module
 
 from ansible_collections.gpufleet.mig.plugins.filter import mig_layout as layout_filters
+from ansible_collections.gpufleet.mig.plugins.lookup.mig_layout_module_options import MODULE_OPTIONS, module_options
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_layout, nvidia_mig_mode
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
@@ -40,7 +41,16 @@ def options(module):
 
 
 def module_defaults():
-    return load(ROLE, 'vars', 'main.yml')['mig_layout__module_defaults']
+    """{option: the template that feeds it} of every nvidia_mig_layout call of the role: the role variables through the
+    lookup gpufleet.mig.mig_layout_module_options (built once, for the playbooks too), and what the role adds."""
+    text = ' '.join(load(ROLE, 'vars', 'main.yml')['mig_layout__module_defaults'].split())
+    assert text.startswith("{{ lookup('gpufleet.mig.mig_layout_module_options') | combine({"), text
+    fed = dict((option, '{{ %s }}' % variable) for option, variable in MODULE_OPTIONS)
+    for option, source in (('name', 'mig_layout__layout'), ('config', 'mig_layout__catalog.configs'),
+                           ('pod_resources', 'mig_layout__pod_resources_mode')):
+        assert "'%s': " % option in text and source in text, (option, text)
+        fed[option] = source
+    return fed
 
 
 def test_each_option_the_role_feeds_comes_from_the_variable_named_after_it():
@@ -77,8 +87,8 @@ def test_the_old_names_are_documented_deprecated_and_have_no_default():
     for old, new in sorted(layout_filters.RENAMED_VARIABLES.items()):
         assert old not in defaults and new in defaults, old
         assert 'default' not in specs[old] and specs[old]['description'].startswith('Deprecated') and new in specs[old]['description']
-        feeding = ' '.join(' '.join(template.split()) for template in module_defaults().values())
-        assert re.search(r"%s \| gpufleet\.mig\.mig_layout_renamed\('%s', %s \| default\(none\)\)" % (new, old, old), feeding), old
+        option = [o for o, variable in MODULE_OPTIONS if variable == new][0]
+        assert module_options({new: 'new', old: 'old'})[option] == 'old', old
 
 
 @pytest.fixture

@@ -256,15 +256,16 @@ def test_fleet_plan_per_gpu_refused_not_reached_and_totals():
     assert plan['not_reached'] == ['d']
     assert [h['status'] for h in plan['hosts']] == ['change', 'refused', 'in layout', 'not reached', 'change']
     assert plan['totals'] == {
-        'hosts': 5, 'hosts_evaluated': 4, 'hosts_to_change': 2, 'hosts_in_layout': 1, 'hosts_refused': 1,
-        'hosts_not_reached': 1, 'gpus_to_change': 2, 'instances_destroyed': 7, 'instances_created': 2, 'pods_to_evict': 1}
+        'hosts': 5, 'hosts_evaluated': 4, 'hosts_to_change': 2, 'hosts_in_layout': 1, 'hosts_refused': 1, 'hosts_failed': 0,
+        'hosts_not_reached': 1, 'hosts_persistence_failed': 0, 'gpus_to_change': 2, 'instances_destroyed': 7,
+        'instances_created': 2, 'pods_to_evict': 1}
     assert plan['lines'] == [
         'a GPU 0: 7x1g.10gb -> 2x3g.40gb (7 instance(s) destroyed, pods to evict: team/train-1)',
         'e GPU 0: MIG disabled -> MIG enabled, instances 1g: max once MIG is on',
         'a: pods to evict from node node-a: team/train-1',
         'b: refused: GPU 0: GPU instance 10 (1g.10gb at slice 3) has running processes [4242]',
         'd: not reached',
-        'plan of layout nighttime: 4 of 5 host(s) evaluated, 2 to change, 1 in layout, 1 refused, 1 not reached; '
+        'plan of layout nighttime: 4 of 5 host(s) evaluated, 2 to change, 1 in layout, 1 refused, 0 failed, 1 not reached; '
         '2 GPU(s) to change, 7 instance(s) destroyed, 2 created, 1 pod(s) to evict',
     ]
     gpu_a1 = plan['hosts'][0]['gpus'][1]
@@ -290,3 +291,30 @@ def test_fleet_plan_of_a_real_run_keeps_instances_and_says_layout():
     assert plan['lines'][0] == 'a GPU 0: 7x1g.10gb -> 1x3g.40gb + 1x1g.10gb (6 instance(s) destroyed, 1 kept)'
     assert plan['lines'][-1].startswith('layout mixed: 1 of 1 host(s) evaluated, 1 to change')
     assert plan['check_mode'] is False and plan['totals']['instances_created'] == 1
+
+
+def test_a_refusal_common_to_the_fleet_is_told_once_and_outcomes_say_what_happened():
+    """Issue 39: one line per distinct reason; unreachable is not reached, a failure after a GPU change is failed, a
+    host whose boot persistence failed is changed with a warning, a pending boot persistence is a change."""
+    nothing = 'the layout matches none of its MIG-capable GPUs'
+    applied = {'in_layout': False, 'pods_to_evict': [], 'gpus': [gpu(0, DAY, NIGHT)]}
+    records = [{'host': 'h%02d' % n, 'started': True, 'decision': None, 'error': nothing} for n in range(12)]
+    records += [
+        {'host': 'lost', 'started': True, 'decision': None, 'unreachable': True, 'error': 'unreachable: ssh'},
+        {'host': 'half', 'started': True, 'decision': None, 'gpus_changed': True, 'error': 'NVML_ERROR_UNKNOWN'},
+        {'host': 'warn', 'started': True, 'error': None, 'decision': applied, 'persistence_error': 'systemctl daemon-reload failed'},
+        {'host': 'unit', 'started': True, 'error': None, 'decision': {
+            'in_layout': True, 'gpus': [], 'pods_to_evict': [], 'persistence': {'pending': ['gpufleet-mig-layout.service']}}},
+    ]
+    plan = fleet_plan(records, 'nighttime')
+    assert [h['status'] for h in plan['hosts'][12:]] == ['not reached', 'failed', 'change', 'change']
+    assert plan['failed'] == {'half': 'NVML_ERROR_UNKNOWN'} and plan['warnings'] == {'warn': 'boot persistence failed: systemctl daemon-reload failed'}
+    assert [line for line in plan['lines'] if nothing in line] == [
+        '12 hosts (h00, h01, h02, h03, h04, h05, h06, h07, h08, h09 and 2 more): refused: ' + nothing]
+    assert 'half: failed after a GPU may have changed: NVML_ERROR_UNKNOWN' in plan['lines']
+    assert 'warn: applied, boot persistence failed: systemctl daemon-reload failed' in plan['lines']
+    assert 'unit: boot persistence to install (through systemctl, no GPU changes): gpufleet-mig-layout.service' in plan['lines']
+    assert plan['lines'][-1].endswith('; 1 applied with a warning (boot persistence failed)')
+    assert plan['totals']['hosts_not_reached'] == 1 and plan['totals']['hosts_refused'] == 12
+    every = fleet_plan([{'host': h, 'started': True, 'decision': None, 'error': nothing} for h in 'ab'], 'n')
+    assert every['lines'][0] == 'every host (2): refused: ' + nothing

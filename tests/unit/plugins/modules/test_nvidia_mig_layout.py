@@ -9,6 +9,7 @@ __metaclass__ = type
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -995,6 +996,14 @@ echo "$*" >> "%(log)s"
 case "$1" in is-active|is-enabled) exit 3;; esac
 exit 0
 '''
+# systemctl installed on a host that systemd did not boot (a container, a chroot): every call that needs systemd fails.
+FAILING_SYSTEMCTL = '''#!/bin/sh
+echo "$*" >> "%(log)s"
+case "$1" in is-active|is-enabled) exit 3;; esac
+echo "System has not been booted with systemd as init system (PID 1). Can't operate." >&2
+echo "Failed to connect to bus: Host is down" >&2
+exit 1
+'''
 
 
 @pytest.fixture
@@ -1008,12 +1017,17 @@ def host_path(tmp_path, monkeypatch):
     monkeypatch.setenv('PATH', str(folder))
     monkeypatch.setattr(_host_files, 'SYSTEMD_CANARIES', (str(tmp_path / 'run' / 'systemd' / 'system') + '/',))
     monkeypatch.setattr(_host_files, 'PID1_COMM', str(tmp_path / 'proc-1-comm'))
+    # What a decision reads instead of asking systemctl: this test's folders only, never the machine's own units.
+    monkeypatch.setattr(_host_files, 'UNIT_FOLDERS', ())
+    monkeypatch.setattr(_host_files, 'RUNNING_UNITS', str(tmp_path / 'run' / 'systemd' / 'units'))
 
     class HostPath(object):
+        running_units = tmp_path / 'run' / 'systemd' / 'units'
+
         @staticmethod
-        def add_systemctl():
+        def add_systemctl(failing=False):
             script = folder / 'systemctl'
-            script.write_text(FAKE_SYSTEMCTL % {'log': log})
+            script.write_text((FAILING_SYSTEMCTL if failing else FAKE_SYSTEMCTL) % {'log': log})
             script.chmod(0o755)
 
         @staticmethod
@@ -1181,3 +1195,102 @@ def test_create_only_refuses_a_mode_change(simulated_host, run_module, host_path
     result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, WITH_20GB, create_only={'0': {'1g.20gb': 1}}))
     assert failed and 'GPU 0 waits for a MIG mode change' in result['msg'], result['msg']
     assert mutating_calls(host) == []
+
+
+# ---- issue 39: a decision never calls systemctl; a failed boot persistence is not a failed apply -------------------
+
+UNITS = ['gpufleet-mig-layout.service', 'gpufleet-mig-metrics.timer']
+
+
+def metric_lines(host_paths, name):
+    return [line for line in read(os.path.join(host_paths['metrics_dir'], 'gpufleet_mig.prom')).splitlines()
+            if line.startswith(name + '{')]
+
+
+def test_gpus_changed_then_systemctl_failing_is_applied_with_a_persistence_warning(
+        simulated_host, run_module, host_paths, host_path, monkeypatch):
+    """systemd=true on a host whose systemctl exists but which systemd did not boot: the GPUs reach the layout, then
+    systemctl daemon-reload fails. The outcome is applied with a warning, not failed; last_apply says success (the
+    GPUs), the boot persistence its own failure, and its metric says so apart from last_apply_success."""
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, text: warnings.append(text))
+    host = simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}])
+    host_path.add_systemctl(failing=True)
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True))
+    assert not failed, result
+    assert result['changed'] and result['in_layout'] and mutating_calls(host)
+    error = result['persistence']['error']
+    assert error.startswith("systemctl daemon-reload failed (rc=1): System has not been booted with systemd") and '\n' not in error
+    assert [w for w in warnings if 'boot persistence' in w] == ['MIG layout nighttime applied, boot persistence failed: ' + error]
+    assert json.loads(read(os.path.join(host_paths['config_dir'], 'last_apply.json')))['result'] == 'success'
+    kept = json.loads(read(os.path.join(host_paths['config_dir'], 'boot_persistence.json')))
+    assert kept['result'] == 'failed' and kept['message'] == error and kept['layout'] == 'nighttime'
+    assert [line.split()[-1] for line in metric_lines(host_paths, 'gpufleet_mig_layout_last_apply_success')] == ['1']
+    assert metric_lines(host_paths, 'gpufleet_mig_boot_persistence_success') == [
+        'gpufleet_mig_boot_persistence_success{layout="nighttime"} 0']
+
+    # The next decision calls no systemctl and tells the apply what is left: the units (their files are written).
+    calls = len(host_path.calls())
+    decided, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True, apply=False))
+    assert not failed and decided['in_layout'] and decided['persistence'] == {'pending': UNITS, 'error': None}
+    assert len(host_path.calls()) == calls
+
+    # Once systemctl works, the apply of the same layout changes no GPU and installs the boot persistence.
+    host_path.add_systemctl()
+    before = len(mutating_calls(host))
+    again, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True))
+    assert not failed and again['persistence'] == {'pending': [], 'error': None}, again
+    assert len(mutating_calls(host)) == before
+    assert 'enable gpufleet-mig-layout.service' in host_path.calls()
+    assert json.loads(read(os.path.join(host_paths['config_dir'], 'boot_persistence.json')))['result'] == 'success'
+    assert metric_lines(host_paths, 'gpufleet_mig_boot_persistence_success') == [
+        'gpufleet_mig_boot_persistence_success{layout="nighttime"} 1']
+
+
+@pytest.mark.parametrize('failing', [False, True], ids=['systemctl works', 'systemctl fails'])
+def test_a_decision_and_check_mode_never_call_systemctl_whatever_systemd_says(
+        simulated_host, run_module, host_paths, host_path, failing):
+    """A host in its layout, systemd=true, systemctl present: the decision keeps layout.json, writes no unit file
+    (a unit file changed without systemctl would need a reload), and tells the units pending; check mode the same."""
+    simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}])
+    assert not run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT))[1]
+    shutil.rmtree(host_paths['systemd_dir'])
+    host_path.add_systemctl(failing=failing)
+    for extra, check_mode in (({'apply': False}, False), ({}, True), ({'apply': False}, True)):
+        result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True, **extra),
+                                    check_mode=check_mode)
+        assert not failed and result['in_layout'], result
+        # The unit files missing (the metrics timer's service too) and the units not enabled.
+        assert result['persistence'] == {'pending': sorted(UNITS + ['gpufleet-mig-metrics.service']), 'error': None}
+    assert host_path.calls() == []
+    assert not os.path.exists(os.path.join(host_paths['systemd_dir'], 'gpufleet-mig-layout.service'))
+    # Enabled (the links systemctl enable makes) and current, nothing is pending.
+    if not failing:
+        assert not run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True))[1]
+        for unit, target in zip(UNITS, ('multi-user.target', 'timers.target')):
+            wants = os.path.join(host_paths['systemd_dir'], target + '.wants')
+            if not os.path.isdir(wants):
+                os.makedirs(wants)
+            os.symlink(os.path.join(host_paths['systemd_dir'], unit), os.path.join(wants, unit))
+        calls = len(host_path.calls())
+        result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True, apply=False))
+        assert not failed and result['persistence'] == {'pending': [], 'error': None}
+        assert len(host_path.calls()) == calls
+
+
+@pytest.mark.parametrize('how', ['enabled', 'running'])
+def test_a_decision_refuses_another_owner_from_the_disk_without_systemctl(
+        simulated_host, run_module, host_paths, host_path, how):
+    host = simulated_host([{'model': 'A30'}])
+    host_path.add_systemctl()
+    unit = 'nvidia-mig-manager.service'
+    if how == 'enabled':
+        wants = os.path.join(host_paths['systemd_dir'], 'multi-user.target.wants')
+        os.makedirs(wants)
+        os.symlink('/lib/systemd/system/' + unit, os.path.join(wants, unit))
+    else:
+        host_path.running_units.mkdir(parents=True)
+        (host_path.running_units / ('invocation:' + unit)).symlink_to('0123456789abcdef')
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, OFF, systemd=True, apply=False))
+    assert failed and unit in result['msg'] and result['other_owners'] == [unit]
+    assert host_path.calls() == [] and mutating_calls(host) == []
