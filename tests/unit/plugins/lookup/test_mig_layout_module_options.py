@@ -38,8 +38,8 @@ class Stop(Exception):
     pass
 
 
-@pytest.fixture
-def module_spec(monkeypatch):
+def argument_spec_of(main, monkeypatch):
+    """The argument spec a module's ``main`` builds its AnsibleModule with (the module stops there)."""
     spec = {}
 
     def capture(self, argument_spec, **kwargs):
@@ -47,8 +47,13 @@ def module_spec(monkeypatch):
         raise Stop()
     monkeypatch.setattr(basic.AnsibleModule, '__init__', capture)
     with pytest.raises(Stop):
-        nvidia_mig_layout.main()
+        main()
     return spec
+
+
+@pytest.fixture
+def module_spec(monkeypatch):
+    return argument_spec_of(nvidia_mig_layout.main, monkeypatch)
 
 
 def role_defaults():
@@ -138,14 +143,7 @@ def test_the_repack_thresholds_agree_between_the_role_the_module_and_the_fleet_m
     import inspect
     from ansible_collections.gpufleet.mig.plugins.filter.mig_fleet_map import mig_fleet_map
     from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_repack
-    spec = {}
-
-    def capture(self, argument_spec, **kwargs):
-        spec.update(argument_spec)
-        raise Stop()
-    monkeypatch.setattr(basic.AnsibleModule, '__init__', capture)
-    with pytest.raises(Stop):
-        nvidia_mig_repack.main()
+    spec = argument_spec_of(nvidia_mig_repack.main, monkeypatch)
     defaults = role_defaults()
     mapped = inspect.signature(mig_fleet_map).parameters
     for option in ('fragmentation_above', 'stranded_above'):
