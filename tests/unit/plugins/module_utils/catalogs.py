@@ -11,13 +11,24 @@ import os
 import shutil
 import tempfile
 
+import yaml
+
 from ansible_collections.gpufleet.mig.plugins.module_utils.host import _nvml_backend
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document
 
 # One simulated model per distinct MIG profile table (the PCIe and A800/H800 twins of a board share its
 # names and placements, so the planner and the modules would learn nothing new from them).
 MIG_MODELS = ['A100-SXM4-40GB', 'A100-SXM4-80GB', 'A30', 'H100-SXM5-80GB', 'H100-NVL', 'H20', 'H200', 'GH200-96GB', 'GH200-144GB',
               'B200', 'GB200', 'B300', 'GB300', 'RTX-PRO-6000-SERVER']
 _CACHE = {}
+# The catalog the mig_layout role ships (roles/mig_layout/files/catalog.yml).
+SHIPPED_CATALOG = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'mig_layout', 'files', 'catalog.yml')
+
+
+def shipped_catalog():
+    """The shipped catalog, validated as the role loads it."""
+    with open(SHIPPED_CATALOG) as handle:
+        return validate_document(yaml.safe_load(handle))
 
 
 def read_simulated_host(gpus):

@@ -8,25 +8,20 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
-import os
 
 import pytest
-import yaml
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _advice_demand as demand_input
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _layout_advisor as advisor
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document
-from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu, shipped_catalog
 
-ROOT = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..')
 H100 = 'H100-SXM5-80GB'
 A100 = 'A100-SXM4-40GB'
 
 
 @pytest.fixture(scope='module')
 def shipped():
-    with open(os.path.join(ROOT, 'roles', 'mig_layout', 'files', 'catalog.yml')) as handle:
-        return validate_document(yaml.safe_load(handle))
+    return shipped_catalog()
 
 
 def demand(by_hour, days=3):

@@ -7,12 +7,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 import re
 
 import pytest
 from hypothesis import given, settings, strategies as st
-import yaml
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _advice_demand as demand_input
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning import _layout_advisor as advisor
@@ -20,9 +18,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_cata
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, best_rearrangement
-from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu, shipped_catalog
 
-ROOT = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..')
 A100 = 'A100-SXM4-80GB'
 SEVEN = 'nvidia.com/mig-7g.80gb'
 ONE = 'nvidia.com/mig-1g.10gb'
@@ -30,8 +27,7 @@ ONE = 'nvidia.com/mig-1g.10gb'
 
 @pytest.fixture(scope='module')
 def shipped():
-    with open(os.path.join(ROOT, 'roles', 'mig_layout', 'files', 'catalog.yml')) as handle:
-        return validate_document(yaml.safe_load(handle))
+    return shipped_catalog()
 
 
 def a100(gpus=1, hosts=1):

@@ -30,9 +30,9 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matc
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, expand_layout
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog
 
-from .catalogs import model_gpu, read_simulated_host
+from .catalogs import SHIPPED_CATALOG, model_gpu, read_simulated_host
 
-CATALOG = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'mig_layout', 'files', 'catalog.yml')
+CATALOG = SHIPPED_CATALOG
 H100 = '0x233010DE'
 A100_80 = '0x20B210DE'
 A30 = '0x20B710DE'

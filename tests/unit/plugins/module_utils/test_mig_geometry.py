@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 import random
 import re
 from dataclasses import replace
@@ -34,10 +33,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometr
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import plan_gpu
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_repack
 
-from .catalogs import MIG_MODELS, model_gpu
+from .catalogs import SHIPPED_CATALOG, MIG_MODELS, model_gpu
 from .oracle import all_placements, brute_force_placeable, free_space_figures, with_instances
 
-CATALOG = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'mig_layout', 'files', 'catalog.yml')
+CATALOG = SHIPPED_CATALOG
 EIGHT_SLICE_MODELS = [m for m in MIG_MODELS if m not in ('A30', 'RTX-PRO-6000-SERVER')]
 
 

@@ -27,11 +27,11 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matc
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import expand_layout
 
-from .catalogs import model_gpu, read_simulated_host
+from .catalogs import SHIPPED_CATALOG, model_gpu, read_simulated_host
 
 HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, 'fixtures')
-CATALOG = os.path.join(HERE, '..', '..', '..', '..', 'roles', 'mig_layout', 'files', 'catalog.yml')
+CATALOG = SHIPPED_CATALOG
 
 
 # ---- NVIDIA's profiles per model: {shape: (profile name, max count)} ----------------------------
