@@ -5,8 +5,9 @@
 For simulated fleets of 4 and 32 hosts (local connection, forks 10 from the repository's ansible.cfg, the no-op
 at serial 100% unless --serial says otherwise), measured side by side in one run on this machine: the wall time of
 `ansible -m ping` and of a no-op playbooks/mig_layout.yml (the fleet already in its layout), their
-ratio, and the module executions per host of the no-op and of a daytime -> nighttime switch without
-Kubernetes. The no-op runs twice: without a fact cache (the pre-flight's first decisions tell each host's GPUs, so
+ratio, and the module executions per host of the no-op, of the dry run (--check) of a daytime -> nighttime switch and of
+that switch without Kubernetes. The dry run is timed again, once, on a fleet of 1000 freshly seeded hosts
+(--preview-hosts) beside its ping: what previewing a large fleet costs. The no-op runs twice: without a fact cache (the pre-flight's first decisions tell each host's GPUs, so
 that a layout matching no GPU of the fleet is refused before the batches) and with one (a jsonfile cache, as AWX's
 fact storage that playbooks/awx_configure.yml turns on: the GPUs the last run's decisions reported are known before any
 module runs). Module executions are counted where they happen: every host's Python interpreter is a wrapper that logs
@@ -183,6 +184,8 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
         ping = []
         noop = dict((label, {'uncached': [], 'cached': []}) for label, dummy, dummy, dummy in trees)
         noop_executions = dict((label, {}) for label, dummy, dummy, dummy in trees)
+        dry = dict((label, []) for label, dummy, dummy, dummy in trees)
+        dry_executions = {}
         for dummy in range(repeats):
             ping.append(timed([os.path.join(BIN, 'ansible'), '-i', inventory, 'gpu_hosts', '-m', 'ansible.builtin.ping'], env)[0])
             executions(directory)
@@ -195,6 +198,10 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
                         raise SystemExit('the no-op run changed something:\n%s' % output[-4000:])
                     noop[label][kind].append(seconds)
                     noop_executions[label][kind] = per_host(executions(directory), hosts)
+                # The dry run of the switch (every host differs), as an operator previews it: no fact cache.
+                dry[label].append(timed(noop_rollout + own + ['-e', 'mig_layout_name=nighttime', '--check'],
+                                        ansible_environment(**settings), tree)[0])
+                dry_executions[label] = per_host(executions(directory), hosts)
         figures = {}
         for label, tree, settings, own in trees:
             profile = where_the_time_goes(noop_rollout + own + ['-e', 'mig_layout_name=daytime'],
@@ -207,12 +214,35 @@ def bench_fleet(hosts, repeats, baseline=None, serial='100%'):
                 'noop_executions': noop_executions[label]['uncached'],
                 'noop_cached': noop[label]['cached'],
                 'noop_cached_executions': noop_executions[label]['cached'],
+                'dry_run': dry[label],
+                'dry_run_executions': dry_executions[label],
                 'profile': profile,
             }
         # the switch, once, from this checkout
         switch_seconds, dummy = timed(rollout + ['-e', 'mig_layout_name=nighttime'], env)
         figures['this checkout'].update(switch=switch_seconds, switch_executions=per_host(executions(directory), hosts))
         return figures
+    finally:
+        shutil.rmtree(directory)
+
+
+def bench_preview(hosts):
+    """(ping s, dry run s, (min, max) executions per host) of the dry run of a switch to nighttime on ``hosts`` freshly
+    seeded hosts, each host differing from the layout: what previewing a large fleet costs, timed once beside a ping."""
+    directory = tempfile.mkdtemp(prefix='gpufleet-preview-')
+    try:
+        inventory = write_fleet(directory, hosts)
+        env = ansible_environment()
+        playbook = [os.path.join(BIN, 'ansible-playbook'), '-i', inventory]
+        timed(playbook + [os.path.join('simulator', 'seed.yml')], env)
+        ping = timed([os.path.join(BIN, 'ansible'), '-i', inventory, 'gpu_hosts', '-m', 'ansible.builtin.ping'], env)[0]
+        executions(directory)
+        seconds, output = timed(playbook + [os.path.join('playbooks', 'mig_layout.yml'), '-e', 'mig_layout_name=nighttime',
+                                            '--check'], env)
+        plan = re.findall(r'plan of layout nighttime: (\d+) of (\d+) host\(s\) evaluated, (\d+) to change', output)
+        if not plan or plan[-1][2] != str(hosts):
+            raise SystemExit('the dry run did not plan a change on every host:\n%s' % output[-4000:])
+        return ping, seconds, per_host(executions(directory), hosts)
     finally:
         shutil.rmtree(directory)
 
@@ -226,6 +256,8 @@ def main(argv=None):
     parser.add_argument('--hosts', type=int, nargs='+', default=[4, 32])
     parser.add_argument('--repeats', type=int, default=3, help='runs of ping and of the no-op per fleet (median)')
     parser.add_argument('--baseline', metavar='REV', help='also run the no-op of this git revision, side by side')
+    parser.add_argument('--preview-hosts', type=int, nargs='*', default=[1000],
+                        help='also time the dry run of a switch on fleets this large, once beside a ping (none: skip)')
     parser.add_argument('--serial', default='100%',
                         help="the no-op's mig_layout_serial (default 100%%: one batch; the playbook's own default is 1, a batch per host)")
     args = parser.parse_args(argv)
@@ -245,6 +277,20 @@ def main(argv=None):
                 '%d-%d' % figures['noop_executions'], statistics.median(figures['noop_cached']),
                 statistics.median(figures['noop_cached']) / figures['ping'], '%d-%d' % figures['noop_cached_executions'], switch))
             sys.stdout.flush()
+    print('dry run of the switch daytime -> nighttime (--check, no fact cache, every host differs), median of %d:'
+          % args.repeats)
+    print('%6s %-14s %9s %9s %7s %16s   %s' % ('hosts', 'tree', 'ping s', 'wall s', 'ratio', 'executions/host',
+                                              'ratio per run, median (min-max)'))
+    for label, figures in results:
+        print('%6d %-14s %9.2f %9.2f %6.2fx %16s   %s' % (
+            figures['hosts'], label, figures['ping'], statistics.median(figures['dry_run']),
+            statistics.median(figures['dry_run']) / figures['ping'], '%d-%d' % figures['dry_run_executions'],
+            spread([value / figures['ping'] for value in figures['dry_run']])))
+    for hosts in args.preview_hosts:
+        ping, seconds, counted = bench_preview(hosts)
+        print('%6d %-14s %9.2f %9.2f %6.2fx %16s   (a fleet freshly seeded, once: the preview of a large fleet)' % (
+            hosts, 'this checkout', ping, seconds, seconds / ping, '%d-%d' % counted))
+        sys.stdout.flush()
     print('no-op with the fact cache / ping, median (min-max) of the runs, each beside the median ping:')
     for label, figures in results:
         print('%6d %-14s %s' % (figures['hosts'], label, spread([value / figures['ping'] for value in figures['noop_cached']])))

@@ -263,11 +263,12 @@ def mig_layout_rollout_progress(batch_hosts, hosts, settings, failed, check_mode
     return progress(list(hosts), list(batch_hosts), settings, list(failed), check_mode, fleet_size)
 
 
-def mig_layout_to_change(hosts, hostvars):
+def mig_layout_to_change(hosts, hostvars, check_mode=False):
     """The hosts of ``hosts`` (in order) whose first decision (``mig_layout__decision``) did not find them in the layout:
-    the rollout play's hosts (_rollout_plan.hosts_to_change)."""
+    the rollout play's hosts (_rollout_plan.hosts_to_change); in check mode, those whose first decision is not the dry
+    run's answer."""
     raw = _variables_of(hostvars)
-    return hosts_to_change(list(hosts), dict((host, raw(host).get('mig_layout__decision')) for host in hosts))
+    return hosts_to_change(list(hosts), dict((host, raw(host).get('mig_layout__decision')) for host in hosts), check_mode)
 
 
 def _done_first(hosts, to_change):

@@ -28,6 +28,7 @@ FIRST_DECISION_PLAY = 'Pre-flight - decide first on each host that is not a Kube
 PREFLIGHT_READ = 'Read the GPUs of the hosts whose GPUs the controller does not know yet (no fact cache)'
 PLAN_TASK = 'Tell the fleet plan (per host and GPU, refused hosts, totals)'
 PROGRESS_TASK = 'Tell the progress of the rollout'
+DRY_RUN_PROGRESS_TASK = 'Tell the progress of the dry run (where a real run would stop)'
 # The GPU instance id is NVML's to choose (only its range per size holds): compared as N.
 BUSY_REASON = ('GPU 0: GPU instance N (1g.10gb at slice 3) has running processes [4242] but the layout 2x3g.40gb '
                'does not keep it; busy instances are never destroyed: stop that work first')
@@ -103,9 +104,12 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
                     mig_layout_max_fail_percentage='25%')
     # Nothing changed anywhere: GPUs, declared layouts, boot units.
     assert host_files(daytime_fleet) == before
-    # Every host was evaluated; the refusing host is the only failed one.
-    assert sorted(run.task_results(DECISION_TASK)) == sorted(HOSTS), run.describe()
+    # Every host was evaluated by its first decision, one module call each; only the refusing host's decision failed,
+    # so only there the role decides again (in check mode) and says why. The others are changed, as a dry run says.
+    assert sorted(run.task_results(FIRST_DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert list(run.task_results(DECISION_TASK)) == ['sim-a100-01'], run.describe()
     assert run.failed == ['sim-a100-01'], run.describe()
+    assert run.changed == sorted(set(HOSTS) - {'sim-a100-01'}), run.describe()
     assert without_ids(run.messages['sim-a100-01'][-1]).startswith('MIG layout nighttime was not applied on sim-a100-01: ' + BUSY_REASON)
 
     plans = run.task_results(PLAN_TASK)
@@ -131,7 +135,7 @@ def test_check_mode_evaluates_every_host_and_ends_with_one_fleet_plan(ansible_en
         'hosts_failed': 0, 'hosts_not_reached': 0, 'hosts_persistence_failed': 0, 'gpus_to_change': 8, 'instances_destroyed': 47, 'instances_created': 16,
         'pods_to_evict': 0}
 
-    # A dry run is one batch of every host, whatever mig_layout_serial; 25% of 6 hosts lets one fail.
+    # A dry run is one batch of every host, whatever mig_layout_serial, told once; 25% of 6 hosts lets one fail.
     assert progress_lines(run) == [
         'batch 1 of 1: 6 of 6 host(s) done, 1 failed (sim-a100-01); failure budget left: 0 more host(s) may fail '
         '(mig_layout_max_fail_percentage=25)',
@@ -218,8 +222,8 @@ def test_the_fleet_lease_play_runs_a_task_only_where_the_lease_is_wanted(ansible
 
 
 def progress_lines(run):
-    return [res['msg'] for res in (e['event_data']['res'] for e in run.events
-                                   if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == PROGRESS_TASK)]
+    return [res['msg'] for res in (e['event_data']['res'] for e in run.events if e.get('event') == 'runner_on_ok'
+                                   and e['event_data'].get('task') in (PROGRESS_TASK, DRY_RUN_PROGRESS_TASK))]
 
 
 def test_check_mode_goes_on_past_a_spent_budget(ansible_env, daytime_fleet):
@@ -227,13 +231,15 @@ def test_check_mode_goes_on_past_a_spent_budget(ansible_env, daytime_fleet):
     before = host_files(daytime_fleet)
     run = fleet_run(daytime_fleet, args=['--check'], mig_layout_name='nighttime', mig_layout_serial=1)
     assert host_files(daytime_fleet) == before
-    assert sorted(run.task_results(DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert sorted(run.task_results(FIRST_DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert list(run.task_results(DECISION_TASK)) == ['sim-a100-01'], run.describe()
     assert stats_data(run)['mig_layout_rollout']['totals']['hosts_evaluated'] == 6
     assert run.failed == ['sim-a100-01'], run.describe()
     # One batch, and where the real run would have stopped.
     [line] = progress_lines(run)
-    assert line.startswith('batch 1 of 1: 6 of 6 host(s) done, 1 failed (sim-a100-01); failure budget spent (check mode: '
-                           'a real run with mig_layout_serial=1 would stop after batch '), line
+    # sim-a100-01 is the first host of the inventory: the real run's batch 1 of its 6.
+    assert line == ('batch 1 of 1: 6 of 6 host(s) done, 1 failed (sim-a100-01); failure budget spent (check mode: '
+                    'a real run with mig_layout_serial=1 would stop after batch 1 of 6)'), line
 
 
 @pytest.mark.parametrize('extravars, message', [
@@ -358,10 +364,11 @@ def test_a_dry_run_and_the_report_with_systemd_unset_never_need_systemctl(ansibl
     run = fleet_run(daytime_fleet, args=['--check', '-e', '{"mig_layout_systemd": null}'], mig_layout_name='nighttime',
                     mig_layout_serial='100%', mig_layout_max_fail_percentage=100)
     assert host_files(daytime_fleet) == before
-    assert sorted(run.task_results(DECISION_TASK)) == sorted(HOSTS), run.describe()
+    assert sorted(run.task_results(FIRST_DECISION_TASK)) == sorted(HOSTS), run.describe()
     assert run.failed == ['sim-a100-01'] and 'systemctl' not in run.describe(), run.describe()
     decided = [e['event_data']['res'] for e in run.events
-               if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == DECISION_TASK]
+               if e.get('event') == 'runner_on_ok' and e['event_data'].get('task') == FIRST_DECISION_TASK
+               and 'in_layout' in e['event_data']['res']]
     assert len(decided) == 5 and set(res['systemd'] for res in decided) == {booted and bool(shutil.which('systemctl'))}
     report = fleet_run(daytime_fleet, 'playbooks/mig_report.yml', mig_report_layout='nighttime',
                        mig_report_map_path=str(tmp_path / 'map.html'))

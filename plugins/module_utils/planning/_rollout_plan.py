@@ -13,7 +13,8 @@ Pure Python: no NVML, no Ansible imports.
 - :func:`play_serial`: the rollout play's ``serial``: the change batches, or every host at once in check mode.
 - :func:`batch_sizes`, :func:`progress`: batch k of n, hosts done, failed, failure budget left.
 - :func:`unfinished`: the hosts the run fails, each with its reason.
-- :func:`settled`: whether a host's first decision leaves the rollout nothing more to do there;
+- :func:`settled`: whether a host's first decision leaves the rollout nothing more to do there
+  (:func:`final_for_dry_run`: whether it is the dry run's answer for the host);
   :func:`hosts_to_change`: the hosts it leaves to the rollout's batches.
 - :func:`fleet_plan`: one plan of the whole fleet from the hosts' decisions (nvidia_mig_layout
   with ``apply: false``): per host and GPU before -> after, instances destroyed, pods to evict,
@@ -179,10 +180,14 @@ def progress(hosts, batch_hosts, settings, failed, check_mode=False, fleet_size=
     return figures
 
 
-def hosts_to_change(hosts, decisions):
+def hosts_to_change(hosts, decisions, check_mode=False):
     """The hosts of ``hosts`` (in order) the rollout play takes: those whose first decision (``decisions``: {host:
-    registered result}) did not settle (:func:`settled`); a host found in its layout is done before the batches."""
-    return [host for host in hosts if not settled(decisions.get(host))]
+    registered result}) did not settle (:func:`settled`); a host found in its layout is done before the batches.
+
+    In check mode a first decision that succeeded is the dry run's answer wherever the role would only repeat it
+    (:func:`final_for_dry_run`): a dry run is one module call per host, and the fleet plan reads that decision."""
+    final = final_for_dry_run if check_mode else settled
+    return [host for host in hosts if not final(decisions.get(host))]
 
 
 def settled(decision):
@@ -192,6 +197,19 @@ def settled(decision):
     return (isinstance(decision, dict) and decision.get('in_layout') is True
             and not any(decision.get(key) for key in ('failed', 'unreachable', 'skipped'))
             and not persistence_pending(decision))
+
+
+def final_for_dry_run(decision):
+    """True when ``decision`` (the rollout's first decision) is all a dry run of the role would tell of the host.
+
+    In check mode the role's own decision is the same call (the same options; only the host lock's wait differs) and its
+    apply changes nothing, so it answers what this decision did (nvidia_mig_layout: check mode never applies). A
+    decision that succeeded (it always carries ``in_layout``; a failure never, even with ``failed_when: false``) is
+    final, unless its GPUs need a reboot: the role refuses that without mig_layout_allow_reboot and plans the reboot's
+    drain otherwise, so it decides there. A skipped decision (a Kubernetes node: the layout its label requests is known
+    only in the role) is not final either."""
+    return settled(decision) or (isinstance(decision, dict) and 'in_layout' in decision and not any(
+        decision.get(key) for key in ('failed', 'unreachable', 'skipped', 'reboot_required')))
 
 
 def persistence_pending(decision):
@@ -309,6 +327,11 @@ def _host_plan(record):
     return host
 
 
+# A dry run decides on a Kubernetes node before the cordon; the real run decides again once the node is cordoned (no
+# pod can start on an instance the change destroys meanwhile) and evicts what that decision names.
+CORDON_NOTE = (' (decided before the cordon, as a dry run sees the node; a real run cordons it, decides again and evicts '
+               'the pods that decision names)')
+
 # At most this many hosts are named in the one line of a reason several hosts share.
 NAMED_HOSTS = 10
 
@@ -382,8 +405,9 @@ def fleet_plan(records, layout, check_mode=False):
     lines = [_line(h, g) for h, g in gpus]
     for h in changing:
         if h['pods_to_evict']:
-            lines.append('%s: pods to evict%s: %s' % (h['host'], ' from node %s' % h['kubernetes_node']
-                                                      if h.get('kubernetes_node') else '', ', '.join(h['pods_to_evict'])))
+            lines.append('%s: pods to evict%s: %s%s' % (
+                h['host'], ' from node %s' % h['kubernetes_node'] if h.get('kubernetes_node') else '',
+                ', '.join(h['pods_to_evict']), CORDON_NOTE if check_mode and h.get('kubernetes_node') else ''))
         if h['boot_units'] and not h['warning']:
             lines.append('%s: boot persistence to install (through systemctl, no GPU changes): %s' % (
                 h['host'], ', '.join(h['boot_units'])))

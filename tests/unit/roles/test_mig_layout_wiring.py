@@ -181,8 +181,22 @@ def test_the_rollout_enters_the_role_wherever_its_first_decision_did_not_settle_
     play, = deciding
     first, narrowed = play['tasks']
     assert first['ansible.builtin.import_role'] == {'name': 'gpufleet.mig.mig_layout', 'tasks_from': 'rollout_decide.yml'}
+    # A dry run leaves out every host its first decision answered (the fleet plan reads it); the hosts a real run's
+    # batches would take are kept for its line on where a real run would stop.
     assert narrowed['ansible.builtin.set_fact'] == {
-        'mig_layout__to_change': '{{ ansible_play_hosts_all | gpufleet.mig.mig_layout_to_change(hostvars) }}'}
+        'mig_layout__to_change': '{{ ansible_play_hosts_all | gpufleet.mig.mig_layout_to_change(hostvars, ansible_check_mode) }}',
+        'mig_layout__rollout_hosts': '{{ ansible_play_hosts_all | gpufleet.mig.mig_layout_to_change(hostvars) }}'}
+    assert named['ansible.builtin.set_fact']['mig_layout__rollout_hosts'] == '{{ ansible_play_hosts_all }}'
+    # The rollout play tells its progress in a real run only; a dry run tells it once in the report, from the real
+    # run's hosts, true for check mode.
+    progress, = [task for task in rollout_play['tasks'] if task.get('name') == 'Tell the progress of the rollout']
+    assert progress['when'] == 'not ansible_check_mode'
+    dry, = [task for task in report['tasks'] if task.get('name') == 'Tell the progress of the dry run (where a real run would stop)']
+    assert dry['when'] == "ansible_check_mode and hostvars['localhost'].mig_layout__rollout_hosts | length > 0"
+    assert _squash(dry['ansible.builtin.debug']['msg']).startswith(
+        "{{ (hostvars['localhost'].mig_layout__rollout_hosts | gpufleet.mig.mig_layout_rollout_progress("
+        "hostvars['localhost'].mig_layout__rollout_hosts, mig_layout_rollout, "
+        "hostvars['localhost'].mig_layout_rollout_failed | default({}) | list, true, ")
     assert narrowed['delegate_to'] == 'localhost' and narrowed['delegate_facts'] is True and narrowed['run_once'] is True
     assert first['ignore_unreachable'] is True and 'when' not in first
     assert play['hosts'] == "{{ mig_layout_hosts | default('gpu_hosts') if mig_layout_tasks | default('main') == 'main' else [] }}"
@@ -198,6 +212,8 @@ def test_the_rollout_enters_the_role_wherever_its_first_decision_did_not_settle_
     assert decide['module_defaults'] == {'gpufleet.mig.nvidia_mig_layout': '{{ mig_layout__module_defaults }}'}
     assert decide['environment'] == _task('decide.yml', 'Plan the layout on the host without changing a GPU')['environment']
     assert decide['register'] == 'mig_layout__decision'
+    assert _squash(decide['changed_when']) == ("mig_layout__decision.changed | default(false) or (ansible_check_mode and "
+                                               "'in_layout' in mig_layout__decision and not mig_layout__decision.in_layout)")
     # Issue 39: its failure is quiet (no error block per host); a failure lacks in_layout, so it is never a decision.
     assert decide['failed_when'] is False and 'ignore_errors' not in decide
     assert decide['when'] == 'mig_layout_k8s_node | length == 0'
@@ -301,3 +317,12 @@ def test_a_drain_without_pod_resources_refuses_pods_it_cannot_see_before_any_evi
     assert _squash(refuse['vars']['mig_layout__unseen']).endswith("mig_layout_k8s_node, false) }}")
     assert "gpufleet.mig.mig_handover_evictions('drain', mig_layout__decision_cordoned.pods_to_evict," in _squash(
         refuse['vars']['mig_layout__unseen'])
+
+
+def test_a_dry_run_of_a_repack_ends_at_its_plan():
+    """The repack's plan is nvidia_mig_repack in check mode; a dry run does not enter the moves, whose call in check mode
+    would plan them again (and whose hand-over changes nothing in check mode): one module call per host."""
+    moves = _task('repack.yml', 'Move the idle instances')
+    assert moves['ansible.builtin.include_tasks'] == 'repack_apply.yml'
+    assert _squash(moves['when']).startswith('not ansible_check_mode and '), moves['when']
+    assert _task('repack.yml', 'Plan the moves without changing a GPU')['check_mode'] is True

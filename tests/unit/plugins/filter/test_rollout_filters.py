@@ -380,6 +380,11 @@ def test_the_rollout_play_takes_the_hosts_whose_first_decision_did_not_settle_th
     hosts = ['a', 'b', 'c', 'd']
     assert FILTERS['mig_layout_to_change'](hosts, hostvars) == ['b', 'c']
     assert FILTERS['mig_layout_to_change'](hosts, dict(hostvars)) == ['b', 'c']
+    # A dry run: a decision that found a host different is its answer too (the fleet plan reads it).
+    hostvars['d']['mig_layout__decision'] = {'changed': False, 'in_layout': False, 'gpus': [], 'unmatched_gpus': []}
+    assert FILTERS['mig_layout_to_change'](hosts, hostvars) == ['b', 'c', 'd']
+    assert FILTERS['mig_layout_to_change'](hosts, hostvars, True) == ['b', 'c']
+    hostvars['d']['mig_layout__decision'] = in_layout
     settings = FILTERS['mig_layout_rollout_settings'](1, 0)
     # b was reached and failed; the rollout stopped before c.
     hostvars['b'].update(mig_layout_rollout_started=True, mig_layout_rollout_error='b failed')

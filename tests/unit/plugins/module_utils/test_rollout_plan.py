@@ -15,6 +15,8 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._rollout_pla
     RolloutSettingsError,
     allowed_failures,
     batch_sizes,
+    CORDON_NOTE,
+    final_for_dry_run,
     fleet_plan,
     hosts_to_change,
     instances_text,
@@ -177,6 +179,46 @@ def test_the_rollout_leaves_out_only_hosts_whose_first_decision_succeeded_in_the
     assert plan['totals']['hosts_in_layout'] == len(left_out)
 
 
+@pytest.mark.parametrize('decision, final', [
+    # the answer of a dry run: the role in check mode would make the same call and change nothing
+    ({'changed': False, 'in_layout': True, 'gpus': []}, True),
+    ({'changed': False, 'in_layout': False, 'gpus': [], 'reboot_required': False}, True),
+    ({'changed': False, 'in_layout': True, 'persistence': {'pending': ['gpufleet-mig.service']}}, True),
+    # a failure registered with failed_when: false carries no in_layout: the role decides again and says why
+    ({'changed': False, 'failed': False, 'msg': 'another gpufleet.mig run holds the host lock'}, False),
+    ({'failed': True, 'msg': 'x', 'in_layout': False}, False),
+    ({'unreachable': True, 'msg': 'gone', 'in_layout': False}, False),
+    # a Kubernetes node (skipped), a reboot to refuse or to plan: the role decides
+    ({'skipped': True, 'changed': False}, False),
+    ({'changed': False, 'in_layout': False, 'reboot_required': True}, False),
+    (None, False),
+    ('', False),
+])
+def test_a_dry_run_takes_only_the_hosts_its_first_decision_could_not_answer(decision, final):
+    """With --check, playbooks/mig_layout.yml's rollout play takes (and enters the role on) every host this is False
+    for; the fleet plan reads the others' first decision, so a dry run is one module call per host."""
+    assert final_for_dry_run(decision) is final
+    assert hosts_to_change(['h'], {'h': decision}, check_mode=True) == ([] if final else ['h'])
+
+
+@given(st.lists(st.one_of(_FIRST_DECISIONS, st.fixed_dictionaries(
+    {'in_layout': st.booleans()}, optional={'reboot_required': _FLAG, 'failed': _FLAG, 'skipped': _FLAG,
+                                           'persistence': st.just({'pending': ['u']})})), max_size=8))
+def test_a_dry_run_leaves_out_a_subset_of_the_real_runs_hosts_each_with_a_decision_that_succeeded(found):
+    """What a dry run leaves out of the rollout play it reports from the first decision: only a decision that ran,
+    succeeded and plans no reboot may be that answer. A real run's hosts include every host the dry run enters, so the
+    dry run's line on where a real run would stop counts the same hosts as the real run's batches."""
+    hosts = ['h%d' % number for number in range(len(found))]
+    decisions = dict(zip(hosts, found))
+    dry = hosts_to_change(hosts, decisions, check_mode=True)
+    real = hosts_to_change(hosts, decisions)
+    assert set(dry) <= set(real) and dry == [host for host in real if host in dry]
+    for host in set(hosts) - set(dry):
+        decision = decisions[host]
+        assert isinstance(decision, dict) and 'in_layout' in decision and not any(
+            decision.get(flag) for flag in ('failed', 'unreachable', 'skipped', 'reboot_required')), decision
+
+
 def test_the_rollout_play_takes_the_hosts_the_first_decision_did_not_settle_in_their_order():
     in_layout = {'changed': False, 'in_layout': True, 'gpus': []}
     differs = {'changed': False, 'in_layout': False, 'gpus': []}
@@ -262,7 +304,7 @@ def test_fleet_plan_per_gpu_refused_not_reached_and_totals():
     assert plan['lines'] == [
         'a GPU 0: 7x1g.10gb -> 2x3g.40gb (7 instance(s) destroyed, pods to evict: team/train-1)',
         'e GPU 0: MIG disabled -> MIG enabled, instances 1g: max once MIG is on',
-        'a: pods to evict from node node-a: team/train-1',
+        'a: pods to evict from node node-a: team/train-1' + CORDON_NOTE,
         'b: refused: GPU 0: GPU instance 10 (1g.10gb at slice 3) has running processes [4242]',
         'd: not reached',
         'plan of layout nighttime: 4 of 5 host(s) evaluated, 2 to change, 1 in layout, 1 refused, 0 failed, 1 not reached; '
@@ -281,6 +323,18 @@ def test_a_host_whose_gpus_the_layout_all_misses_is_refused_never_in_layout():
     assert [h['status'] for h in plan['hosts']] == ['refused'] and plan['totals']['hosts_in_layout'] == 0
     assert plan['refused'] == {'a30': 'the layout matches none of its MIG-capable GPUs: GPU 0: matched by no entry: '
                                       'the device-filter of entry 0 does not name 0x20B710DE'}
+
+
+def test_a_dry_run_says_a_kubernetes_node_is_decided_again_after_the_cordon_a_real_run_does_not():
+    records = [{'host': 'a', 'started': True, 'error': None, 'kubernetes_node': 'node-a', 'decision': {
+        'in_layout': False, 'pods_to_evict': ['team/train-1'], 'gpus': [gpu(0, DAY, NIGHT, pods_to_evict=['team/train-1'])]}}]
+    dry = fleet_plan(records, 'nighttime', check_mode=True)['lines']
+    assert dry[1] == 'a: pods to evict from node node-a: team/train-1' + CORDON_NOTE
+    assert 'decided before the cordon' in CORDON_NOTE and 'decides again' in CORDON_NOTE
+    assert fleet_plan(records, 'nighttime')['lines'][1] == 'a: pods to evict from node node-a: team/train-1'
+    # A host that is not a Kubernetes node has nothing to cordon: no note.
+    records[0]['kubernetes_node'] = None
+    assert fleet_plan(records, 'nighttime', check_mode=True)['lines'][1] == 'a: pods to evict: team/train-1'
 
 
 def test_fleet_plan_of_a_real_run_keeps_instances_and_says_layout():
