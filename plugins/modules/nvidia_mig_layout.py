@@ -169,6 +169,15 @@ options:
         A destroy, a MIG mode change, a reset or any other create fails before any GPU changes, naming what the GPUs
         would need (the free slices the decision was made on are gone). A host already in the layout changes nothing.
     type: dict
+  persistence_only:
+    description:
+      - With O(apply=true), install only the boot persistence of a host that already holds the layout (its unit files,
+        and C(systemctl enable)). The P(gpufleet.mig.mig_layout#role) role makes this call after a decision, which never
+        calls C(systemctl), left it pending (RV(persistence.pending)).
+      - A host whose GPUs no longer hold the layout (they changed since that decision) is refused before anything
+        changes. No GPU is changed by such a call, so none is changed without the role's Kubernetes hand-over.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -641,6 +650,9 @@ def main_body(module):
         module.fail_json(msg='evict decides the pods to evict and never applies: set apply=false with it')
     if params['drain'] and not params['evict']:
         module.fail_json(msg='drain names the pods to evict: set evict=true (and apply=false) with it')
+    if params['persistence_only'] and not (params['apply'] and params['create_only'] is None):
+        module.fail_json(msg='persistence_only installs the boot persistence of a host in the layout: set apply=true and no '
+                             'create_only with it')
     configs = configs_of(params['config'])
     entries = check_layout(configs, params['name'])
     problems = layout_problems(configs, skip=params['name'])
@@ -660,7 +672,8 @@ def main_body(module):
                              'or set allow_other_owner if you know what you are doing.' % ', '.join(owners), other_owners=owners,
                          gpus_changed=False)
 
-    apply = params['apply'] and not module.check_mode
+    # persistence_only: the GPUs are only decided on (never changed); the boot persistence is installed as by an apply.
+    apply = params['apply'] and not module.check_mode and not params['persistence_only']
     clients = []
     # Set once the GPUs are about to change (the clients are stopped, the first NVML mutation follows): a failure
     # before it changed no GPU, which the role's hand-back needs to know (gpus_changed).
@@ -696,6 +709,10 @@ def main_body(module):
                 told = {'unmatched_gpus': exc.unmatched_gpus} if isinstance(exc, NothingMatchedError) else {}
                 module.fail_json(msg=str(exc), clients_stopped=clients, gpus_changed=False, **told)
             raise
+        if params['persistence_only'] and not before.in_layout:
+            module.fail_json(msg='MIG layout %s: only its boot persistence was to be installed, but the GPUs no longer hold '
+                                 'it (they changed since the decision); nothing was changed' % request.name,
+                             gpus_changed=False)
         deferred = deferred_gpus(done)
         if done and not deferred:
             record_apply(paths.config_dir, request.name, 'success', 'ansible')
@@ -768,6 +785,7 @@ def main():
         drain=dict(type='bool', default=False),
         defer_pending=dict(type='bool', default=False),
         create_only=dict(type='dict'),
+        persistence_only=dict(type='bool', default=False),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)
     argument_spec.update(POD_RESOURCES_ARGUMENT_SPEC)

@@ -24,7 +24,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..',
 MODULE = 'gpufleet.mig.nvidia_mig_layout'
 BUILT_ONCE = ("lookup('gpufleet.mig.mig_layout_module_options')", 'mig_layout__module_defaults')
 # What a call may set itself: what it plans or applies, not how the role is configured.
-PER_CALL = {'name', 'config', 'apply', 'evict', 'drain', 'pod_resources', 'defer_pending', 'create_only'}
+PER_CALL = {'name', 'config', 'apply', 'evict', 'drain', 'pod_resources', 'defer_pending', 'create_only', 'persistence_only'}
 # The calls that override a setting, and why: after the reboot the MIG mode must be in effect; a GPU reset there
 # would hide a mode that a reboot did not apply (tasks/apply.yml, "Require the layout after the reboot").
 # The rollout's first decision does not wait for the host lock: run on every host at once, a host another run holds

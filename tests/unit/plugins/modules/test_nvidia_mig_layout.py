@@ -1235,16 +1235,40 @@ def test_gpus_changed_then_systemctl_failing_is_applied_with_a_persistence_warni
     assert not failed and decided['in_layout'] and decided['persistence'] == {'pending': UNITS, 'error': None}
     assert len(host_path.calls()) == calls
 
-    # Once systemctl works, the apply of the same layout changes no GPU and installs the boot persistence.
+    # Once systemctl works, the role's persistence_only apply of the same layout changes no GPU and installs it.
     host_path.add_systemctl()
     before = len(mutating_calls(host))
-    again, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True))
+    again, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True, persistence_only=True))
     assert not failed and again['persistence'] == {'pending': [], 'error': None}, again
     assert len(mutating_calls(host)) == before
     assert 'enable gpufleet-mig-layout.service' in host_path.calls()
     assert json.loads(read(os.path.join(host_paths['config_dir'], 'boot_persistence.json')))['result'] == 'success'
     assert metric_lines(host_paths, 'gpufleet_mig_boot_persistence_success') == [
         'gpufleet_mig_boot_persistence_success{layout="nighttime"} 1']
+
+
+def test_persistence_only_refuses_a_host_whose_gpus_changed_since_the_decision(simulated_host, run_module, host_paths, host_path):
+    """The role installs a pending boot persistence with persistence_only: where the GPUs no longer hold the layout
+    (another run changed them after the decision), nothing changes (no GPU, no file, no systemctl), so no GPU ever
+    changes outside the role's Kubernetes hand-over."""
+    host = simulated_host([{'model': 'H100-SXM5-80GB', 'mig': dict(ENABLED)}])
+    assert not run_module(nvidia_mig_layout.main, layout_args(host_paths, DAY))[1]
+    host_path.add_systemctl()
+    calls, mutating = len(host_path.calls()), len(mutating_calls(host))
+    files = sorted(os.listdir(host_paths['config_dir']))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, systemd=True, persistence_only=True))
+    assert failed and result['gpus_changed'] is False, result
+    assert result['msg'] == ('MIG layout nighttime: only its boot persistence was to be installed, but the GPUs no longer '
+                             'hold it (they changed since the decision); nothing was changed')
+    # systemctl only asked (another MIG owner's units), never told to change anything.
+    assert len(mutating_calls(host)) == mutating
+    assert all(call.startswith(('is-active ', 'is-enabled ')) for call in host_path.calls()[calls:]), host_path.calls()
+    assert sorted(os.listdir(host_paths['config_dir'])) == files
+    for extra in ({'apply': False}, {'create_only': {'0': {'1g.10gb': 1}}}):
+        result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, NIGHT, persistence_only=True, **extra))
+        assert failed and result['msg'] == ('persistence_only installs the boot persistence of a host in the layout: set '
+                                            'apply=true and no create_only with it'), result
+    assert len(mutating_calls(host)) == mutating
 
 
 @pytest.mark.parametrize('failing', [False, True], ids=['systemctl works', 'systemctl fails'])
