@@ -446,3 +446,21 @@ def test_the_report_plans_what_the_rollout_refuses(ansible_env, daytime_fleet, t
     assert sorted(report.failed) == refused, report.describe()
     for host in refused:
         assert 'GPU 1' in report.messages[host][-1] and 'is matched by no entry' in report.messages[host][-1], report.messages[host]
+
+
+def test_the_dry_run_plans_host_by_host_what_the_real_run_then_does(ansible_env, daytime_fleet, tmp_path):
+    """Issue 39: the dry run's plan is the rollout's first decision; the real run decides again right before each change.
+    On the same fleet (a copy, so the module's fleet stays in daytime) both plans say the same per host and GPU: the same
+    lines, the same refusal and the same totals, the real run having done what the dry run said."""
+    fleet = str(tmp_path / 'state')
+    shutil.copytree(daytime_fleet, fleet)
+    settings = dict(mig_layout_name='nighttime', mig_layout_serial='100%', mig_layout_max_fail_percentage=100)
+    dry = fleet_run(fleet, args=['--check'], **settings)
+    real = fleet_run(fleet, **settings)
+    plans = [[without_ids(line) for line in list(run.task_results(PLAN_TASK).values())[0]['msg']] for run in (dry, real)]
+    assert plans[0][-1].startswith('plan of layout nighttime: ') and plans[1][-1].startswith('layout nighttime: ')
+    assert plans[0][:-1] == plans[1][:-1] and plans[0][-1][len('plan of '):] == plans[1][-1], plans
+    published = [stats_data(run)['mig_layout_rollout'] for run in (dry, real)]
+    assert published[0]['totals'] == published[1]['totals'] and published[0]['totals']['hosts_to_change'] == 5
+    assert published[0]['refused'].keys() == published[1]['refused'].keys() == {'sim-a100-01'}
+    assert dry.changed == real.changed == sorted(set(HOSTS) - {'sim-a100-01'}), (dry.describe(), real.describe())
