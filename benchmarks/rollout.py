@@ -7,11 +7,11 @@ at serial 100% unless --serial says otherwise), measured side by side in one run
 `ansible -m ping` and of a no-op playbooks/mig_layout.yml (the fleet already in its layout), their
 ratio, and the module executions per host of the no-op, of the dry run (--check) of a daytime -> nighttime switch and of
 that switch without Kubernetes. The dry run is timed again, once, on a fleet of 1000 freshly seeded hosts
-(--preview-hosts) beside its ping: what previewing a large fleet costs. The no-op runs twice: without a fact cache (the pre-flight's first decisions tell each host's GPUs, so
-that a layout matching no GPU of the fleet is refused before the batches) and with one (a jsonfile cache, as AWX's
-fact storage that playbooks/awx_configure.yml turns on: the GPUs the last run's decisions reported are known before any
-module runs). Module executions are counted where they happen: every host's Python interpreter is a wrapper that logs
-each start.
+(--preview-hosts) beside its ping: what previewing a large fleet costs. The no-op runs twice: without a fact cache (the
+pre-flight's first decisions tell each host's GPUs, so that a layout matching no GPU of the fleet is refused before the
+batches) and with one (a jsonfile cache, as AWX's fact storage that playbooks/awx_configure.yml turns on: the GPUs the
+last run's decisions reported are known before any module runs). Module executions are counted where they happen:
+every host's Python interpreter is a wrapper that logs each start.
 
 Then where the time of a cached no-op goes (one more run, with the task timer of ansible.posix.profile_tasks):
 the decision task (the one module execution per host), the other tasks (controller-side, most once per host)
@@ -279,8 +279,8 @@ def main(argv=None):
             sys.stdout.flush()
     print('dry run of the switch daytime -> nighttime (--check, no fact cache, every host differs), median of %d:'
           % args.repeats)
-    print('%6s %-14s %9s %9s %7s %16s   %s' % ('hosts', 'tree', 'ping s', 'wall s', 'ratio', 'executions/host',
-                                              'ratio per run, median (min-max)'))
+    print('%6s %-14s %9s %9s %7s %16s   %s' % (
+        'hosts', 'tree', 'ping s', 'wall s', 'ratio', 'executions/host', 'ratio per run, median (min-max)'))
     for label, figures in results:
         print('%6d %-14s %9.2f %9.2f %6.2fx %16s   %s' % (
             figures['hosts'], label, figures['ping'], statistics.median(figures['dry_run']),
