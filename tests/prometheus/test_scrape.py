@@ -295,7 +295,7 @@ def test_prometheus_scrapes_the_role_switch_and_failure_and_the_timer_refresh(pr
 
     # The shipped rules are loaded and healthy, the recording rules count the fleet, and no alert is active.
     groups = prometheus.api('rules')['groups']
-    assert sorted(g['name'] for g in groups) == ['gpufleet-mig-alerts', 'gpufleet-mig-fleet']
+    assert sorted(g['name'] for g in groups) == ['gpufleet-mig-alerts', 'gpufleet-mig-fleet', 'gpufleet-mig-slice-gate']
     assert [r['name'] for g in groups for r in g['rules'] if r['health'] != 'ok'] == []
     in_layout, dummy = prometheus.wait('the recording rules', 'layout:gpufleet_mig_gpus_in_layout:sum', bool)
     assert in_layout == {frozenset({('layout', 'daytime')}): 3}
