@@ -15,7 +15,7 @@ description:
     M(gpufleet.mig.nvidia_mig_layout), M(gpufleet.mig.nvidia_mig_repack) or M(gpufleet.mig.nvidia_mig_facts). Each variable
     is named after the option it feeds (C(mig_layout_unmatched) gives C(unmatched), C(mig_layout_boot_environment) gives
     C(boot_environment), C(mig_layout_repack_fragmentation_above) gives the repack's C(fragmentation_above)); the kubelet's
-    settings carry the C(k8s_) prefix of the other Kubernetes settings (C(mig_layout_k8s_pod_resources) gives
+    settings carry the C(mig_layout_k8s) prefix of the other Kubernetes settings (C(mig_layout_k8s_pod_resources) gives
     C(pod_resources), C(mig_layout_k8s_pod_resources_socket) gives C(pod_resources_socket)).
   - The role, the rollout's pre-flight, the report's planned view (playbooks/mig_report.yml), the demand runs
     (playbooks/mig_demand.yml, playbooks/mig_demand_create.yml) and the scheduled repack all pass what it returns as the
@@ -113,6 +113,13 @@ RENAMED_VARIABLES = {
 }
 
 
+# Ansible's deprecation line for each release of RENAMED_VARIABLES (ansible-test's pylint wants the version written out).
+DEPRECATION_LINES = {
+    '1.0.0': lambda message: Display().deprecated(message, version='1.0.0', collection_name='gpufleet.mig'),
+    '0.4.0': lambda message: Display().deprecated(message, version='0.4.0', collection_name='gpufleet.mig'),
+}
+
+
 class RenamedVariableConflict(ValueError):
     """An old name and its new name both set, to different values."""
 
@@ -173,7 +180,7 @@ class LookupModule(LookupBase):
         values = dict((name, self._templar.template(variables[name])) for name in variable_names(module) if name in variables)
 
         def warn(message, removed_in):
-            Display().deprecated(message, version=removed_in, collection_name='gpufleet.mig')
+            DEPRECATION_LINES[removed_in](message)
         try:
             return [module_options(values, warn, module)]
         except RenamedVariableConflict as exc:

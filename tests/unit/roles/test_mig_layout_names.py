@@ -122,6 +122,7 @@ def test_the_new_renames_go_one_release_after_the_current_one():
     major, minor = [int(part) for part in load(REPO, 'galaxy.yml')['version'].split('.')[:2]]
     for old in ('mig_layout_environment', 'mig_layout_pod_resources_socket'):
         assert RENAMED_VARIABLES[old][2] == '%d.%d.0' % (major, minor + 2), old
+    assert set(removed_in for dummy, dummy_default, removed_in in RENAMED_VARIABLES.values()) == set(lookup_plugin.DEPRECATION_LINES)
 
 
 @pytest.fixture
