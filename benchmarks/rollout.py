@@ -79,7 +79,7 @@ def write_fleet(directory, hosts):
         'mig_layout_install_dependencies': False,
         'mig_layout_systemd': False,
         'mig_layout_python': sys.executable,
-        'mig_layout_environment': simulated_environment('{{ gpufleet_sim_state_file }}'),
+        'mig_layout_boot_environment': simulated_environment('{{ gpufleet_sim_state_file }}'),
         'mig_layout_systemd_dir': '{{ gpufleet_sim_host_dir }}/etc/systemd/system',
         'mig_layout_config_dir': '{{ gpufleet_sim_host_dir }}/etc/gpufleet-mig',
         'mig_layout_lib_dir': '{{ gpufleet_sim_host_dir }}/usr/local/lib/gpufleet-mig',

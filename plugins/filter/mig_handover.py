@@ -33,9 +33,9 @@ def mig_handover_switch(pod_resources, switch, drain_fallback=False, repack=Fals
     return _call(handover.SwitchMode, switch, pod_resources, drain_fallback, repack, create_only).as_dict()
 
 
-def mig_handover_pod_resources(k8s, switch, drain_fallback=False, decision=None, applied=None, repack=False):
+def mig_handover_pod_resources(k8s, switch, drain_fallback=False, decision=None, applied=None, repack=False, requested='auto'):
     """How the host reads pod-resources through a change (decide, apply) and whether the hand-back compares device ids."""
-    return _call(handover.pod_resources_use, k8s, switch, drain_fallback, decision, applied, repack)
+    return _call(handover.pod_resources_use, k8s, switch, drain_fallback, decision, applied, repack, requested)
 
 
 def mig_handover_other_owners(node, resource_slices=()):

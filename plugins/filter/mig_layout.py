@@ -16,7 +16,6 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.six import string_types
-from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gpu_pods import gpu_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_summary import known_host_gpus
@@ -213,35 +212,6 @@ def _read_since(check, host, hostvars):
     return _matched(check, gpus) if gpus is not None else check
 
 
-# Role variables renamed after the module options they feed (old name: new name). The old ones shipped in 0.2.0;
-# each is still honoured, with a deprecation warning, until 1.0.0.
-RENAMED_VARIABLES = {
-    'mig_layout_allow_gpu_reset': 'mig_layout_allow_reset',
-    'mig_layout_manage_systemd': 'mig_layout_systemd',
-    'mig_layout_other_owner_services': 'mig_layout_other_owner_units',
-}
-
-
-def renamed_variable_warning(old_name):
-    """The deprecation message for a renamed role variable that is still set."""
-    if old_name not in RENAMED_VARIABLES:
-        raise AnsibleFilterError('%s is not a renamed variable of the mig_layout role (renamed: %s)'
-                                 % (old_name, ', '.join(sorted(RENAMED_VARIABLES))))
-    return ('the mig_layout role variable %s is deprecated: it is now %s, the name of the module option it feeds; '
-            'its value is used' % (old_name, RENAMED_VARIABLES[old_name]))
-
-
-def mig_layout_renamed(value, old_name, old_value=None):
-    """``value`` (the variable under its new name), unless the renamed ``old_name`` is set (``old_value`` not None):
-    then ``old_value``, with a deprecation warning (shown once per run, as every deprecation)."""
-    message = renamed_variable_warning(old_name)
-    if old_value is None:
-        return value
-    # The renamed variables go in 1.0.0 (roles/mig_layout/meta/argument_specs.yml says so too).
-    Display().deprecated(message, version='1.0.0', collection_name='gpufleet.mig')
-    return old_value
-
-
 def mig_layout_rollout_settings(serial=1, max_fail_percentage=0):
     """{'serial', 'max_fail_percentage', 'error'}: the rollout settings checked (error: one line, or None)."""
     try:
@@ -379,5 +349,4 @@ class FilterModule(object):
             'mig_layout_host_gpus_changed': mig_layout_host_gpus_changed,
             'mig_layout_gpus_unknown': mig_layout_gpus_unknown,
             'mig_layout_known_gpus': mig_layout_known_gpus,
-            'mig_layout_renamed': mig_layout_renamed,
         }

@@ -154,7 +154,7 @@ def advise(url, end, root, name):
         {'model': model, 'mig': {'current': 'enabled', 'pending': 'enabled'}} for model in demand.MODELS]})
     catalog, awx = root / ('catalog-%s.yml' % name), root / ('awx-%s.yml' % name)
     extravars = {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'mig_layout_hosts': 'localhost',
-                 'mig_layout_environment': simulated_environment(str(state)), 'mig_layout_config_dir': str(root / 'etc'),
+                 'mig_layout_boot_environment': simulated_environment(str(state)), 'mig_layout_config_dir': str(root / 'etc'),
                  'mig_advise_prometheus_url': url, 'mig_advise_end': end, 'mig_advise_days': DAYS,
                  'mig_advise_current': 'all-balanced', 'mig_advise_catalog_path': str(catalog), 'mig_advise_awx_vars_path': str(awx)}
     run = run_playbook(PLAYBOOK, inventory='localhost,', extravars=extravars, envvars=ansible_environment(), project_dir=REPO,

@@ -185,7 +185,7 @@ def run_role(host, layout):
         'mig_layout_name': layout,
         'mig_layout_install_dependencies': False,
         'mig_layout_systemd': False,
-        'mig_layout_environment': simulated_environment(host['state']),
+        'mig_layout_boot_environment': simulated_environment(host['state']),
         'mig_layout_systemd_dir': host['systemd'],
         'mig_layout_config_dir': host['config'],
         'mig_layout_lib_dir': host['lib'],

@@ -36,5 +36,5 @@ SIMULATOR_ENV = simulator_on_path().SIMULATOR_ENV
 
 
 def simulated_environment(state_path):
-    """The variables a process (or the role's mig_layout_environment) needs to run on the simulated host ``state_path``."""
+    """The variables a process (or the role's mig_layout_boot_environment) needs to run on the simulated host ``state_path``."""
     return {SIMULATOR_ENV: str(state_path), 'PYTHONPATH': SIMULATOR_DIR}

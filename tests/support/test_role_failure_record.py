@@ -32,7 +32,7 @@ def test_a_failed_change_is_recorded_by_the_failure_module(tmp_path):
             'ansible_python_interpreter': '{{ ansible_playbook_python }}',
             'mig_layout_name': 'nighttime', 'mig_layout_install_dependencies': False, 'mig_layout_systemd': False,
             'mig_layout_allow_reset': False, 'mig_layout_allow_reboot': False,
-            'mig_layout_environment': simulated_environment(state),
+            'mig_layout_boot_environment': simulated_environment(state),
             'mig_layout_config_dir': str(host / 'etc'), 'mig_layout_lib_dir': str(host / 'lib'),
             'mig_layout_bin_dir': str(host / 'bin'), 'mig_layout_systemd_dir': str(host / 'systemd'),
             'mig_layout_metrics_dir': str(host / 'metrics'),

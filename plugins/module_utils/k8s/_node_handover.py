@@ -38,6 +38,8 @@ FAILURE_ANNOTATION = 'gpufleet.mig/mig-change-failure'
 # The GPU operator's components, each paused when its label is on the node.
 DEFAULT_COMPONENTS = ('device-plugin', 'gpu-feature-discovery', 'dcgm-exporter', 'dcgm', 'nvsm', 'operator-validator')
 SWITCHES = ('in_place', 'drain')
+# The modules' pod_resources (doc fragment gpufleet.mig.nvml.pod_resources).
+POD_RESOURCES_MODES = ('auto', 'required', 'off')
 # The only steps of a change that disturbs no pod: new GPU and compute instances in free slices.
 CREATE_ACTIONS = ('create_gpu_instance', 'create_compute_instance')
 
@@ -157,7 +159,7 @@ class SwitchMode(object):
                 'decide_again': self.decide_again, 'drain': self.drain, 'pod_resources_read': self.read}
 
 
-def pod_resources_use(k8s, switch, drain_fallback, decision=None, applied=None, repack=False):
+def pod_resources_use(k8s, switch, drain_fallback, decision=None, applied=None, repack=False, requested='auto'):
     """How the host reads the kubelet's pod-resources through a change, and what the hand-back compares.
 
     ``decide``: nvidia_mig_layout's (or the repack's) pod_resources for the decisions: off a Kubernetes node ``auto``
@@ -196,11 +198,22 @@ def pod_resources_use(k8s, switch, drain_fallback, decision=None, applied=None, 
     decides with ``off``): there is nothing to compare the expected ids with, so the Node's allocatable counts
     (read from the API server) are what is left. (2) An apply result without ``expected_device_ids`` (a failed
     or older module) says nothing to compare ids with.
+
+    ``requested`` is the user's ``mig_layout_k8s_pod_resources``: off a Kubernetes node it is the mode; on one,
+    ``required`` makes every mode above read them or fail (no drain fallback for an unreadable kubelet), and ``off`` is
+    refused, since a node's hand-over must know which pod holds which instance.
     """
     if switch not in SWITCHES:
         raise HandoverError('mig_layout_k8s_switch must be one of %s, not %r' % (', '.join(SWITCHES), switch))
+    if requested not in POD_RESOURCES_MODES:
+        raise HandoverError('mig_layout_k8s_pod_resources must be one of %s, not %r' % (', '.join(POD_RESOURCES_MODES), requested))
+    if k8s and requested == 'off':
+        raise HandoverError('mig_layout_k8s_pod_resources=off on a Kubernetes node (mig_layout_k8s_node is set): its hand-over '
+                            'must read which pod holds which instance (set auto, or required)')
     if not k8s:
-        decide = 'auto'
+        decide = requested
+    elif requested == 'required':
+        decide = 'required'
     elif repack:
         decide = 'required'
     elif switch == 'drain' or drain_fallback:

@@ -61,10 +61,12 @@ def test_every_apply_and_second_decision_reads_pod_resources_as_python_decides()
     assert "'pod_resources': mig_layout__pod_resources_mode" in _squash(variables['mig_layout__module_defaults'])
     assert _squash(variables['mig_layout__pod_resources']).startswith(
         '{{ mig_layout__k8s | gpufleet.mig.mig_handover_pod_resources(mig_layout_k8s_switch, mig_layout_k8s_drain_fallback, '
-        'mig_layout__decision | default(none), mig_layout__final | default(none), mig_layout__repacking | default(false)) }}')
+        'mig_layout__decision | default(none), mig_layout__final | default(none), mig_layout__repacking | default(false), '
+        'mig_layout_k8s_pod_resources) }}')
     # A repack reads them as Python decides for a repack (required on a node), and hands back with what its plan read.
     repack = _task('repack.yml', 'Repack the host')
-    assert repack['module_defaults']['gpufleet.mig.nvidia_mig_repack']['pod_resources'] == '{{ mig_layout__pod_resources_mode }}'
+    assert repack['module_defaults']['gpufleet.mig.nvidia_mig_repack'] == '{{ mig_layout__repack_module_defaults }}'
+    assert _squash(variables['mig_layout__repack_module_defaults']).endswith("| combine({'pod_resources': mig_layout__pod_resources_mode}) }}")
     assert _task('repack.yml', 'Start from a clean slate')['ansible.builtin.set_fact']['mig_layout__repacking'] is True
     assert _task('main.yml', 'Start from a clean slate')['ansible.builtin.set_fact']['mig_layout__repacking'] is False
     decision = _task('repack_apply.yml', 'Nobody is evicted by a repack')['ansible.builtin.set_fact']['mig_layout__decision']

@@ -25,7 +25,7 @@ def test_filters_are_registered():
                                'mig_layout_host_gpus', 'mig_layout_host_gpus_changed',
                                'mig_layout_instances', 'mig_layout_known_gpus',
                                'mig_layout_preflight',
-                               'mig_layout_problems', 'mig_layout_renamed', 'mig_layout_rollout_progress', 'mig_layout_rollout_serial',
+                               'mig_layout_problems', 'mig_layout_rollout_progress', 'mig_layout_rollout_serial',
                                'mig_layout_rollout_settings', 'mig_layout_rollout_unfinished', 'mig_layout_to_change', 'mig_layout_validate']
 
 

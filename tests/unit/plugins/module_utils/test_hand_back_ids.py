@@ -101,6 +101,24 @@ def test_off_kubernetes_the_host_reads_the_kubelet_where_one_runs():
     assert h.pod_resources_use(False, 'in_place', False, repack=True)['decide'] == 'auto'
 
 
+def test_the_users_mode_is_the_mode_off_kubernetes_and_only_stricter_on_a_node():
+    """mig_layout_k8s_pod_resources: off a node it is what the modules get; on a node required makes every mode read
+    the kubelet or fail, and off is refused (the hand-over must know which pod holds which instance)."""
+    for requested in h.POD_RESOURCES_MODES:
+        got = h.pod_resources_use(False, 'in_place', False, requested=requested)
+        assert (got['decide'], got['apply']) == (requested, requested)
+    for switch in h.SWITCHES:
+        for fallback in (False, True):
+            for repack in (False, True):
+                default = h.pod_resources_use(True, switch, fallback, repack=repack)
+                assert h.pod_resources_use(True, switch, fallback, repack=repack, requested='auto') == default
+                assert h.pod_resources_use(True, switch, fallback, repack=repack, requested='required')['decide'] == 'required'
+                with pytest.raises(h.HandoverError, match='mig_layout_k8s_pod_resources=off on a Kubernetes node'):
+                    h.pod_resources_use(True, switch, fallback, repack=repack, requested='off')
+    with pytest.raises(h.HandoverError, match='must be one of auto, required, off'):
+        h.pod_resources_use(False, 'in_place', False, requested='sometimes')
+
+
 def test_before_the_decision_only_how_it_reads_is_decided():
     got = h.pod_resources_use(True, 'in_place', False)
     assert got == {'decide': 'required', 'apply': 'required', 'compare_ids': False}
