@@ -34,6 +34,13 @@ options:
     type: str
     choices: [nvidia_mig_layout, nvidia_mig_repack, nvidia_mig_facts]
     default: nvidia_mig_layout
+  problem:
+    description:
+      - Return, instead of the options, the one line that makes the role's settings unusable for any of the modules (an
+        old name and its new name set to different values), or an empty string. The rollout's pre-flight reads it on every
+        host, so such a setting stops the run before any host is touched, told once for the hosts it concerns.
+    type: bool
+    default: false
 author:
   - gpufleet.mig developers (@gpufleet)
 '''
@@ -166,17 +173,31 @@ def module_options(values, warn=None, module='nvidia_mig_layout'):
     return options
 
 
+def settings_problem(values):
+    """The one line that makes ``values`` ({role variable: value}) unusable for any module, or ''."""
+    try:
+        resolve_renamed(values)
+    except RenamedVariableConflict as exc:
+        return str(exc)
+    return ''
+
+
 class LookupModule(LookupBase):
 
     def run(self, terms, variables=None, **kwargs):
         if terms:
             raise AnsibleLookupError('mig_layout_module_options takes no terms: it reads the role variables, got %r' % (terms,))
         module = kwargs.pop('module', 'nvidia_mig_layout')
+        problem = kwargs.pop('problem', False)
         if kwargs:
-            raise AnsibleLookupError('mig_layout_module_options takes only the option module, got %s' % ', '.join(sorted(kwargs)))
+            raise AnsibleLookupError('mig_layout_module_options takes only the options module and problem, got %s'
+                                     % ', '.join(sorted(kwargs)))
         if module not in MODULE_OPTIONS:
             raise AnsibleLookupError('mig_layout_module_options: module must be one of %s, not %r' % (', '.join(MODULE_OPTIONS), module))
         variables = variables or {}
+        if problem:
+            return [settings_problem(dict((name, self._templar.template(variables[name])) for name in
+                                          set(name for each in MODULE_OPTIONS for name in variable_names(each)) if name in variables))]
         values = dict((name, self._templar.template(variables[name])) for name in variable_names(module) if name in variables)
 
         def warn(message, removed_in):

@@ -267,6 +267,10 @@ def test_check_mode_goes_on_past_a_spent_budget(ansible_env, daytime_fleet):
      'the MIG layout catalog site/no-such-catalog.yml cannot be read on the controller (no such file, or not '
      'readable); mig_layout_config_file is a path on the controller, absolute or relative to the playbook '
      '[every host of the play]'),
+    # An old variable name and its new name set to different values (issue 39's renames): one line for the fleet.
+    ({'mig_layout_pod_resources_socket': '/x.sock', 'mig_layout_k8s_pod_resources_socket': '/y.sock'},
+     "mig_layout role: mig_layout_pod_resources_socket (deprecated) is '/x.sock' and mig_layout_k8s_pod_resources_socket "
+     "is '/y.sock'; set only mig_layout_k8s_pod_resources_socket [every host of the play]"),
 ])
 def test_preflight_refuses_bad_input_with_one_line_before_any_host_is_touched(ansible_env, tmp_path, extravars, message):
     bad_yaml = tmp_path / 'site-layouts.yaml'

@@ -167,10 +167,13 @@ def test_an_old_and_a_new_name_set_to_different_values_is_a_one_line_error(depre
         assert str(raised.value).count('\n') == 0 and old in str(raised.value) and 'set only %s' % new in str(raised.value)
         with pytest.raises(AnsibleLookupError, match='set only %s' % new):
             run_lookup({new: given, old: other})
+        # The pre-flight reads the same line without an error (problem=true), for any module's settings.
+        assert run_lookup({new: given, old: other}, problem=True) == str(raised.value)
         # The same value under both names is no conflict.
         option = [o for o, variable in LAYOUT_OPTIONS if variable == new][0]
         assert module_options({new: given, old: given})[option] == given
         assert run_lookup({new: given, old: given})[option] == given and deprecations[-1][1] == RENAMED_VARIABLES[old][2]
+        assert run_lookup({new: given, old: given}, problem=True) == ''
 
 
 def test_the_lookup_refuses_a_module_it_does_not_build_options_for():
