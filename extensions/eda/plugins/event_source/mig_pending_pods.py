@@ -117,7 +117,7 @@ class SourceError(Exception):
     """A setting or an answer of the API server this source cannot work with (one line, no secret in it)."""
 
 
-# ---- settings and where the API server is ---------------------------------------------------------------
+# ---- settings -------------------------------------------------------------------------------------------------
 
 def settings(args):
     """The source's settings from the rulebook's arguments; SourceError names a bad one."""
