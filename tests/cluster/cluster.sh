@@ -21,6 +21,9 @@
 #   GPUFLEET_CLUSTER_FEATURE_GATES  kube-apiserver --feature-gates value (default none), e.g.
 #                                   DRAPartitionableDevices=true: without it the API server drops
 #                                   the sharedCounters of a ResourceSlice (alpha in 1.34)
+#   GPUFLEET_CLUSTER_RUNTIME_CONFIG kube-apiserver --runtime-config value (default none), e.g.
+#                                   admissionregistration.k8s.io/v1beta1=true: a beta API group version
+#                                   new since 1.24 is off by default (pkg/controlplane/instance.go)
 #   GPUFLEET_CLUSTER_BIN_DIR, GPUFLEET_CLUSTER_CACHE: see build.sh
 set -euo pipefail
 
@@ -98,6 +101,7 @@ supervise() {
 
     local -a gates=()
     [[ -z "${GPUFLEET_CLUSTER_FEATURE_GATES:-}" ]] || gates=(--feature-gates "$GPUFLEET_CLUSTER_FEATURE_GATES")
+    [[ -z "${GPUFLEET_CLUSTER_RUNTIME_CONFIG:-}" ]] || gates+=(--runtime-config "$GPUFLEET_CLUSTER_RUNTIME_CONFIG")
     # ServiceAccount admission is off (no token controller runs) but the
     # --service-account-* flags stay mandatory. TaintNodesByCondition is off
     # because only node-lifecycle would remove the not-ready taint it adds.

@@ -62,6 +62,7 @@ class FakeKubeAPI(object):
         self.requests = []        # the query of every request
         self.paths = []           # and its path
         self.answers = []         # and the status it got
+        self.patches = []         # (path, Content-Type, body) of every PATCH
         self.failures = []        # (status, headers) for the next requests, in order
         self.watch_faults = []    # what open watches do next: ('error', Status) or ('drop', None)
         self.cond = threading.Condition()
@@ -213,6 +214,29 @@ class FakeKubeAPI(object):
                 if query.get('watch') not in ('1', 'true'):
                     return self._send_json(200, api._list(selector, int(query.get('limit') or 0), query.get('continue')))
                 self._watch(int(query.get('resourceVersion') or 0), selector, float(query.get('timeoutSeconds') or 60))
+
+            def do_PATCH(self):
+                """A pod's strategic merge patch, as far as the source sends one: schedulingGates entries with
+                ``$patch: delete`` remove that gate by name (the list merges by name), spec.affinity is replaced."""
+                body = json.loads(self.rfile.read(int(self.headers.get('Content-Length') or 0)) or b'{}')
+                api.paths.append(self.path)
+                api.patches.append((self.path, self.headers.get('Content-Type'), body))
+                if self.headers.get('Authorization') != 'Bearer ' + api.token:
+                    return self._send_json(401, _status(401, 'Unauthorized', 'Unauthorized'))
+                parts = self.path.split('/')
+                key = (parts[4], parts[6]) if len(parts) == 7 and parts[5] == 'pods' else None
+                if key not in api.pods:
+                    return self._send_json(404, _status(404, 'NotFound', 'pods "%s" not found' % parts[-1]))
+                pod = copy.deepcopy(api.pods[key])
+                spec, change = pod['spec'], body.get('spec') or {}
+                deleted = [g['name'] for g in change.get('schedulingGates') or [] if g.get('$patch') == 'delete']
+                spec['schedulingGates'] = [g for g in spec.get('schedulingGates') or [] if g['name'] not in deleted]
+                if not spec['schedulingGates']:
+                    del spec['schedulingGates']
+                if 'affinity' in change:
+                    spec['affinity'] = change['affinity']
+                api.put(pod)
+                return self._send_json(200, api.pods[key])
 
             def _watch(self, since, selector, timeout):
                 api.answers.append(200)

@@ -54,6 +54,12 @@ GOOD = {
     'priority-classes': (['gpu_tenancy'], {'gpu_tenancy_priority_classes': PRIORITY_OK,
                                            'gpu_tenancy_teams': [{'name': 't', 'priority_class_quotas': {'inference': {'nvidia.com/gpu': 1}}}]}),
     'absent': (['device_plugin', 'gpu_tenancy'], {'device_plugin_state': 'absent', 'gpu_tenancy_state': 'absent'}),
+    # The 1.34 schemas know MutatingAdmissionPolicy as v1beta1 only.
+    'slice-gate': (['device_plugin', 'gpu_tenancy'], {
+        'gpu_tenancy_slice_gate': True, 'gpu_tenancy_slice_gate_namespaces': ['team-a'],
+        'gpu_tenancy_slice_gate_namespace_selector': {'matchLabels': {'gpu': 'yes'}},
+        'gpu_tenancy_slice_gate_render_api_version': 'admissionregistration.k8s.io/v1beta1',
+        'device_plugin_time_slicing': [{'name': 'nvidia.com/mig-1g.10gb', 'replicas': 2, 'rename': 'small-gpu'}]}),
 }
 
 
@@ -105,6 +111,10 @@ BAD = {
                       'more than once'),
     'list-strategy': (['device_plugin'], {'device_plugin_device_list_strategy': 'files'}, 'device_plugin_device_list_strategy must be'),
     'mig-strategy': (['device_plugin'], {'device_plugin_mig_strategy': 'auto'}, 'device_plugin_mig_strategy'),
+    'slice-gate-namespace': (['gpu_tenancy'], {'gpu_tenancy_slice_gate': True, 'gpu_tenancy_slice_gate_namespaces': ['Team_A']},
+                             "'Team_A' is not a namespace name"),
+    'slice-gate-resource': (['gpu_tenancy'], {'gpu_tenancy_slice_gate': True, 'gpu_tenancy_slice_gate_resources': ['small-gpu']},
+                            "'small-gpu' is not a resource name"),
 }
 
 
@@ -344,6 +354,19 @@ def test_priority_classes_at_the_limit(rendered):
     assert classes['training']['globalDefault'] is False
     quota = _by_kind(objects, 'ResourceQuota')[0]
     assert quota['metadata']['name'] == 'gpu-quota-inference'
+
+
+def test_the_slice_gate_renders_the_policy_and_binding_of_the_settings(rendered):
+    objects = _objects(rendered, 'slice-gate', 'gpu_tenancy')
+    policy, = _by_kind(objects, 'MutatingAdmissionPolicy')
+    binding, = _by_kind(objects, 'MutatingAdmissionPolicyBinding')
+    assert policy['apiVersion'] == binding['apiVersion'] == 'admissionregistration.k8s.io/v1beta1'
+    assert policy['metadata']['labels']['gpufleet.mig/role'] == 'gpu_tenancy'
+    assert '"nvidia.com/small-gpu"' in policy['spec']['matchConditions'][0]['expression']
+    assert binding['spec']['matchResources']['namespaceSelector'] == {
+        'matchLabels': {'gpu': 'yes'},
+        'matchExpressions': [{'key': 'kubernetes.io/metadata.name', 'operator': 'In', 'values': ['team-a']}]}
+    assert not _by_kind(_objects(rendered, 'defaults', 'gpu_tenancy'), 'MutatingAdmissionPolicy')
 
 
 def test_absent_removes_only_the_rendered_files(rendered):

@@ -72,7 +72,6 @@ __metaclass__ = type
 
 import ast
 import asyncio
-import email.utils
 import json
 import logging
 import os
@@ -80,29 +79,30 @@ import ssl
 import sys
 import time
 
+# The decisions live in the collection's module_utils (k8s/_pending_demand: which pods and when; k8s/_fast_path: the
+# create-only fast path; k8s/_api_watch: what the API server's answers mean; k8s/_slice_gate: the gate and the patch
+# that releases a gated pod); this file lists, watches, patches and puts the events on the queue.
 try:
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import (
-        holds_mig_devices, pending_mig_request, pod_key, pod_mig_resources)
-    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
-    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
-        CREATE_ANNOTATION, GPUS_ANNOTATION, fast_creates, read_gpus_annotation)
-    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_watch import (
+        ApiRefusal, Expired, OversizedLine, Retry, WatchLines, refusal, retry_after_seconds, watch_error)
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import FAST_EVENT_KEY, FastPath
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_demand import EVENT_KEY, PendingDemand
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import release_patch
 except ImportError:
     # ansible-rulebook runs this file with runpy, outside Ansible's collection loader: the collection's own
     # module_utils are importable once the folder holding ansible_collections/ is on the path (this file is
     # ansible_collections/gpufleet/mig/extensions/eda/plugins/event_source/mig_pending_pods.py).
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 7)))
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import (
-        holds_mig_devices, pending_mig_request, pod_key, pod_mig_resources)
-    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
-    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
-        CREATE_ANNOTATION, GPUS_ANNOTATION, fast_creates, read_gpus_annotation)
-    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_watch import (
+        ApiRefusal, Expired, OversizedLine, Retry, WatchLines, refusal, retry_after_seconds, watch_error)
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import FAST_EVENT_KEY, FastPath
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_demand import EVENT_KEY, PendingDemand
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import release_patch
 
 LOG = logging.getLogger(__name__)
 
-EVENT_KEY = 'mig_pending_pods'
-FAST_EVENT_KEY = 'mig_demand_create'
 DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0,
             'fast_quiet_period': 0.5, 'fast_timeout': 120.0}
 SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
@@ -111,479 +111,13 @@ SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
 FIELD_SELECTOR = 'status.phase!=Succeeded,status.phase!=Failed'
 # Pages of a list: client-go's pager asks for 500 objects a page (tools/pager/pager.go, defaultPageSize).
 PAGE_SIZE = 500
-# One watch line is one object and its envelope. The API server refuses request bodies over 3 MiB
-# (k8s.io/apiserver pkg/server/config.go, MaxRequestBodyBytes) and etcd values over 1.5 MiB by default
-# (--max-request-bytes), so no pod is near 8 MiB; aiohttp's own line limit is 512 KiB (twice its 256 KiB read
-# buffer), which a pod with large annotations passes.
-MAX_LINE_BYTES = 8 * 1024 * 1024
-# The longest Retry-After honoured: a server's answer never stalls the source longer than this.
-RETRY_AFTER_MAX = 600.0
 
 
 class SourceError(Exception):
     """A setting or an answer of the API server this source cannot work with (one line, no secret in it)."""
 
 
-# ---- one event per burst (pure) ---------------------------------------------------------------------------
-
-class PendingDemand(object):
-    """The unschedulable MIG pods of the cluster, the pods holding MIG devices, and when to tell about them.
-
-    A burst opens with the first pod that was not pending before (or was, left and came back), or with a pod that
-    held MIG devices and ended or was deleted while told pods still wait (a release: its instances can serve them
-    now). It closes ``quiet_period`` seconds after its latest new pod or release, or ``max_delay`` seconds after
-    its start when they keep coming; then one event tells every pod still pending. Updates of pods already told
-    about, pods that leave and releases while nothing waits open no burst; a burst left with nothing to tell (its
-    new pods all left, and no release with a pod still waiting) tells nothing. So a release re-plans only while
-    something waits: a run that serves every pod is followed by no event, however many pods end after it.
-    Times are any monotonic clock in seconds (the caller's).
-    """
-
-    def __init__(self, quiet_period, max_delay, fast=None):
-        self.quiet_period = float(quiet_period)
-        self.max_delay = float(max_delay)
-        self.fast = fast
-        self.pending = {}
-        self.told = set()
-        self.holders = set()
-        self.released = set()
-        self.burst_start = None
-        self.last_change = None
-
-    def _new_keys(self):
-        return sorted(key for key in self.pending if key not in self.told)
-
-    def _for_the_full_path(self):
-        """The waiting pods the full path plans for: all but those of a fast create under way (their instances are
-        being made; a failed or late fast create gives them back, :meth:`_fall_back`)."""
-        in_flight = self.fast.in_flight if self.fast is not None else {}
-        return sorted(key for key in self.pending if key not in in_flight)
-
-    def _nothing_to_tell(self):
-        return not self._new_keys() and not (self.released and self._for_the_full_path())
-
-    def _close_burst(self):
-        self.burst_start = self.last_change = None
-        self.released = set()
-
-    def _mark_change(self, now):
-        self.last_change = now
-        if self.burst_start is None:
-            self.burst_start = now
-
-    def update(self, pod, now, deleted=False):
-        """Take one pod as the API server now has it (``deleted``: it is gone or left the watched set)."""
-        key = pod_key(pod)
-        if self.fast is not None:
-            self.fast.update_pod(pod, deleted)
-        if not deleted and holds_mig_devices(pod):
-            self.holders.add(key)
-        elif key in self.holders:
-            # A release; with nothing waiting the burst closes below at once (_nothing_to_tell).
-            self.holders.discard(key)
-            self.released.add(key)
-            self._mark_change(now)
-        request = None if deleted else pending_mig_request(pod)
-        if request is None:
-            self.pending.pop(key, None)
-            self.told.discard(key)
-            if self.fast is not None:
-                self.fast.forget(key)
-            if self._nothing_to_tell():
-                self._close_burst()
-            return
-        was_new = key not in self.pending and key not in self.told
-        self.pending[key] = request
-        if was_new:
-            self._mark_change(now)
-            if self.fast is not None:
-                self.fast.candidate(key, now)
-
-    def update_node(self, node, now, deleted=False):
-        """Take one Node as the API server now has it: the fast path's GPUs and rules, and the outcome of its runs."""
-        if self.fast is not None:
-            self._fall_back(self.fast.update_node(node, deleted), now)
-
-    def replace_nodes(self, nodes, now):
-        """A fresh list of every Node: nodes not in it are gone."""
-        if self.fast is not None:
-            self._fall_back(self.fast.replace_nodes(nodes), now)
-
-    def _fall_back(self, keys, now):
-        """The pods the fast path gave up on and that still wait go to the full demand playbook: new again."""
-        for key in sorted(keys):
-            if key in self.pending and key in self.told:
-                self.told.discard(key)
-                self._mark_change(now)
-
-    def take_fast_events(self, now):
-        """The fast path's events due now (create-only changes, one per host), its pods told; the pods whose fast run
-        failed or timed out go back to the full path."""
-        if self.fast is None:
-            return []
-        self._fall_back(self.fast.expired(now), now)
-        if not self.fast.due(now):
-            return []
-        events = self.fast.decide(now, dict((key, self.pending[key]) for key in self.pending))
-        for event in events:
-            self.told.update(event[FAST_EVENT_KEY]['pods'])
-        if self._nothing_to_tell():
-            self._close_burst()
-        return events
-
-    def replace_all(self, pods, now):
-        """A fresh list of every pod (after a start or a failure): pods not in it are gone, and a holder among
-        them is a release (it ended while the watch was down)."""
-        listed = dict((pod_key(pod), pod) for pod in pods)
-        for key in sorted((set(self.pending) | self.holders) - set(listed)):
-            self.update({'metadata': dict(zip(('namespace', 'name'), key.split('/', 1)))}, now, deleted=True)
-        for pod in pods:
-            self.update(pod, now)
-
-    def _burst_wait(self, now):
-        """Seconds until the open burst's event is due (0: due now), or None when no burst is open."""
-        if self.burst_start is None:
-            return None
-        return max(0.0, min(self.last_change + self.quiet_period, self.burst_start + self.max_delay) - now)
-
-    def seconds_until_due(self, now):
-        """Seconds until the next event is due (0: due now), the open burst's or the fast path's, or None when neither
-        waits."""
-        waits = [wait for wait in (self._burst_wait(now), self.fast.seconds_until_due(now) if self.fast is not None else None)
-                 if wait is not None]
-        return min(waits) if waits else None
-
-    def take_event(self, now):
-        """The event of the burst when it is due (and the burst closed), else None."""
-        wait = self._burst_wait(now)
-        if wait is None or wait > 0:
-            return None
-        if self._nothing_to_tell():
-            self._close_burst()
-            return None
-        new = self._new_keys()
-        event = {EVENT_KEY: {
-            'requests': [self.pending[key] for key in self._for_the_full_path()],
-            'new': new,
-            'released': sorted(self.released),
-            'burst_seconds': round(now - self.burst_start, 3),
-        }}
-        self.told.update(new)
-        self._close_burst()
-        return event
-
-
-# ---- the create-only fast path (pure) ------------------------------------------------------------------------
-
-def slim_pod(pod):
-    """What the fast path keeps of a pod: its name, node, phase and what kube-scheduler's filters read (node
-    selector, affinity, tolerations, the containers' resources, the overhead; _node_fit)."""
-    metadata = pod.get('metadata') or {}
-    spec = pod.get('spec') or {}
-
-    def containers(entries):
-        return [dict((k, c[k]) for k in ('name', 'resources', 'restartPolicy') if k in c) for c in entries or []]
-    slim_spec = dict((k, spec[k]) for k in ('nodeName', 'nodeSelector', 'affinity', 'tolerations', 'overhead', 'priority',
-                                            'priorityClassName') if spec.get(k) is not None)
-    slim_spec['containers'] = containers(spec.get('containers'))
-    slim_spec['initContainers'] = containers(spec.get('initContainers'))
-    return {'metadata': dict((k, metadata[k]) for k in ('namespace', 'name', 'creationTimestamp') if k in metadata),
-            'spec': slim_spec, 'status': {'phase': (pod.get('status') or {}).get('phase')}}
-
-
-def slim_node(node):
-    """What the fast path keeps of a GPU node: its name, labels, taints and allocatable (_node_fit.NodeRoom)."""
-    metadata = node.get('metadata') or {}
-    return {'metadata': {'name': metadata.get('name'), 'labels': dict(metadata.get('labels') or {})},
-            'spec': {'taints': list((node.get('spec') or {}).get('taints') or [])},
-            'status': {'allocatable': dict((node.get('status') or {}).get('allocatable') or {})}}
-
-
-class FastPath(object):
-    """Create-only demand decided here, from the pods and the GPU nodes this source watches (docs/eda.md).
-
-    Each GPU node's annotation gpufleet.mig/gpus holds its host's GPUs (_demand_fast). ``quiet_period`` seconds after
-    the latest new waiting pod, the fleet demand planner runs over every pod still waiting (but those in a fast run
-    or given up on) and the annotated nodes (but those with a fast run under way: their annotation is about to
-    change); each host whose change only creates instances in free slices becomes one event (run id, host, node,
-    generated layout, expected creates, pods). Its pods are then in flight until the node's annotation
-    gpufleet.mig/demand-create names the run: ``refused`` (or ``failed``) gives them back to the full path at once,
-    ``created`` leaves them to the scheduler; any still waiting ``timeout`` seconds after the event goes back too.
-    A pod given back is never decided here again while it waits.
-    """
-
-    def __init__(self, quiet_period, timeout, policy=None, token=None):
-        self.quiet_period = float(quiet_period)
-        self.timeout = float(timeout)
-        self.policy = dict(policy or {})
-        self.token = token or os.urandom(4).hex()
-        self.pods = {}          # namespace/name -> slim pod (every pod not finished)
-        self.nodes = {}         # node name -> slim node, for the nodes with a GPU annotation
-        self.hosts = {}         # node name -> (inventory host, GPUs)
-        self.candidates = set()  # new waiting pods not decided yet
-        self.last_new = None
-        self.in_flight = {}     # pod -> (run id, deadline, node name)
-        self.runs = {}          # run id -> node name, while the run has not told its outcome
-        self.given_up = set()
-        self.sequence = 0
-
-    # -- what is watched --
-    def update_pod(self, pod, deleted):
-        key = pod_key(pod)
-        if deleted:
-            self.pods.pop(key, None)
-        else:
-            self.pods[key] = slim_pod(pod)
-
-    def forget(self, key):
-        """The pod no longer waits (bound, ended or deleted)."""
-        self.candidates.discard(key)
-        self.in_flight.pop(key, None)
-        self.given_up.discard(key)
-
-    def candidate(self, key, now):
-        if key not in self.given_up and key not in self.in_flight:
-            self.candidates.add(key)
-            self.last_new = now
-
-    def update_node(self, node, deleted):
-        """Take one Node; the pods to give back to the full path (a run that told ``refused`` or ``failed``)."""
-        metadata = node.get('metadata') or {}
-        name = metadata.get('name') or ''
-        annotations = metadata.get('annotations') or {}
-        text = None if deleted else annotations.get(GPUS_ANNOTATION)
-        self.nodes.pop(name, None)
-        self.hosts.pop(name, None)
-        if text is not None:
-            try:
-                self.hosts[name] = read_gpus_annotation(text)
-                self.nodes[name] = slim_node(node)
-            except DemandPlanError as exc:
-                LOG.warning('mig_pending_pods: node %s: %s; no fast path there', name, exc)
-        outcome = {}
-        if not deleted and annotations.get(CREATE_ANNOTATION):
-            try:
-                outcome = json.loads(annotations[CREATE_ANNOTATION])
-            except ValueError:
-                outcome = {}
-        run = outcome.get('run') if isinstance(outcome, dict) else None
-        if deleted:
-            ended = [r for r, n in self.runs.items() if n == name]
-        else:
-            ended = [run] if run in self.runs else []
-        back = set()
-        for run_id in ended:
-            del self.runs[run_id]
-            pods = sorted(k for k, flight in self.in_flight.items() if flight[0] == run_id)
-            if deleted or outcome.get('result') != 'created':
-                LOG.info('mig_pending_pods: fast run %s on node %s: %s; %s to the full demand playbook', run_id, name,
-                         'node deleted' if deleted else '%s (%s)' % (outcome.get('result'), outcome.get('reason') or 'no reason'),
-                         ', '.join(pods) or 'no pod')
-                back.update(self._give_up(pods))
-        return back
-
-    def replace_nodes(self, nodes):
-        listed = set((n.get('metadata') or {}).get('name') for n in nodes)
-        back = set()
-        for name in sorted((set(self.nodes) | set(self.runs.values())) - listed):
-            back.update(self.update_node({'metadata': {'name': name}}, True))
-        for node in nodes:
-            back.update(self.update_node(node, False))
-        return back
-
-    def _give_up(self, keys):
-        for key in keys:
-            self.in_flight.pop(key, None)
-            self.candidates.discard(key)
-            self.given_up.add(key)
-        return set(keys)
-
-    # -- when and what --
-    def seconds_until_due(self, now):
-        times = [flight[1] for flight in self.in_flight.values()]
-        if self.candidates and self.last_new is not None:
-            times.append(self.last_new + self.quiet_period)
-        return max(0.0, min(times) - now) if times else None
-
-    def due(self, now):
-        return bool(self.candidates) and self.last_new is not None and now >= self.last_new + self.quiet_period
-
-    def expired(self, now):
-        """The pods in flight still waiting ``timeout`` seconds after their event: back to the full path."""
-        late = sorted(k for k, flight in self.in_flight.items() if flight[1] <= now)
-        if late:
-            LOG.info('mig_pending_pods: %s still wait(s) %.0fs after the fast create; to the full demand playbook',
-                     ', '.join(late), self.timeout)
-        return self._give_up(late)
-
-    def held_by_node(self, pending):
-        """{node: {profile: count}} the pods bound to each node hold, and the pods of this path's created runs on
-        their way there (their instances exist, not yet allocated): none of these instances is free."""
-        held = {}
-        for key in sorted(self.pods):
-            spec = self.pods[key]['spec']
-            if not spec.get('nodeName') or self.pods[key]['status'].get('phase') in ('Succeeded', 'Failed'):
-                continue
-            counts = held.setdefault(spec['nodeName'], {})
-            for resource, count in pod_mig_resources(spec).items():
-                profile = profile_of_resource(resource)
-                counts[profile] = counts.get(profile, 0) + count
-        for key in sorted(self.in_flight):
-            if key in pending and self.in_flight[key][0] not in self.runs:
-                counts = held.setdefault(self.in_flight[key][2], {})
-                for profile, count in pending[key].get('requests', {}).items():
-                    counts[profile] = counts.get(profile, 0) + count
-        return held
-
-    def decide(self, now, pending):
-        """The fast events for the waiting ``pending`` pods ({key: request}); the candidates are decided."""
-        self.candidates = set()
-        busy = set(self.runs.values())
-        hosts, objects, held = {}, {}, {}
-        needs = self.held_by_node(pending)
-        for name in sorted(self.hosts):
-            if name in busy:
-                continue
-            host, gpus = self.hosts[name]
-            hosts[host], objects[host], held[host] = gpus, self.nodes[name], needs.get(name, {})
-        requests = [pending[k] for k in sorted(pending) if k not in self.in_flight and k not in self.given_up]
-        if not hosts or not requests:
-            return []
-        decided = fast_creates(hosts, requests, objects, [self.pods[k] for k in sorted(self.pods)], self.policy, held)
-        events = []
-        for change in decided['creates']:
-            self.sequence += 1
-            run = 'fast-%s-%d' % (self.token, self.sequence)
-            self.runs[run] = change['node']
-            for key in change['pods']:
-                self.in_flight[key] = (run, now + self.timeout, change['node'])
-            events.append({FAST_EVENT_KEY: dict(change, run=run)})
-        return events
-
-
-# ---- failures and when to try again (pure) ----------------------------------------------------------------
-
-class Expired(Exception):
-    """The resourceVersion is too old (HTTP 410 Gone, or a watch ERROR with code 410): list again at once."""
-
-
-class ApiRefusal(Exception):
-    """An answer of the API server to try again after a backoff: ``status``, ``retry_after`` (seconds or None),
-    and the one-line message (no secret in it)."""
-
-    def __init__(self, status, message, retry_after=None):
-        super(ApiRefusal, self).__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-
-
-class OversizedLine(Exception):
-    """A watch line longer than MAX_LINE_BYTES: the event is lost, so the source lists again."""
-
-
-def retry_after_seconds(value, now_epoch):
-    """Seconds a Retry-After header asks to wait (RFC 9110 10.2.3: delay-seconds or an HTTP-date), None when absent
-    or unreadable. The API server's priority and fairness sends seconds with its 429 (k8s.io/apiserver
-    pkg/server/filters/priority-and-fairness.go)."""
-    text = (value or '').strip()
-    if not text:
-        return None
-    if text.isdigit():
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None or when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - now_epoch)
-
-
-def refusal(status, path, retry_after=None):
-    """What an HTTP answer other than 200 means: Expired for 410, else an ApiRefusal whose message says what
-    the operator can do."""
-    if status == 410:
-        raise Expired()
-    if status == 401:
-        message = ('the API server refused the credentials (HTTP 401 Unauthorized on %s): the token or certificate '
-                   'expired or was revoked; reloading the kubeconfig and trying again' % path)
-    elif status == 403:
-        message = ('the API server refused access (HTTP 403 Forbidden on %s): the account needs get, list and watch '
-                   'on pods; trying again' % path)
-    elif status == 429:
-        message = 'the API server is throttling (HTTP 429 Too Many Requests on %s)' % path
-    elif status >= 500:
-        message = 'the API server failed (HTTP %d on %s)' % (status, path)
-    else:
-        message = 'the API server answered HTTP %d to %s' % (status, path)
-    return ApiRefusal(status, message, retry_after)
-
-
-def watch_error(status):
-    """What a watch ERROR event means (its object is a Status): Expired for code 410, else an ApiRefusal."""
-    code = status.get('code') or 0
-    if code == 410:
-        raise Expired()
-    return ApiRefusal(code, 'the watch ended with an error from the API server (code %s, %s): %s' % (
-        code, status.get('reason') or 'no reason', status.get('message') or 'no message'))
-
-
-class Retry(object):
-    """How long to wait before the next list after a failure. client-go's reflector backs off between its
-    ListAndWatch attempts, doubling from 800 ms to 30 s and starting over after 2 minutes without a failure
-    (tools/cache/reflector.go, NewReflectorWithOptions: wait.NewExponentialBackoffManager); here from 1 s
-    doubling to ``retry_max``, starting over once ``reset_after`` seconds passed without a failure, and never
-    shorter than the server's Retry-After (capped at RETRY_AFTER_MAX). No jitter: one source per cluster."""
-
-    def __init__(self, retry_max, first=1.0, reset_after=120.0):
-        self.retry_max = float(retry_max)
-        self.first = min(float(first), self.retry_max)
-        self.reset_after = float(reset_after)
-        self.failures = 0
-        self.retrying_since = None
-
-    def delay(self, now, retry_after=None):
-        """Seconds to wait after a failure at ``now`` (a monotonic clock)."""
-        if self.retrying_since is not None and now - self.retrying_since >= self.reset_after:
-            self.failures = 0
-        self.failures += 1
-        wait = min(self.retry_max, self.first * 2 ** (self.failures - 1))
-        if retry_after is not None:
-            wait = max(wait, min(float(retry_after), RETRY_AFTER_MAX))
-        self.retrying_since = now + wait
-        return wait
-
-
-class WatchLines(object):
-    """A watch stream's bytes cut into its lines (one JSON object each), none longer than ``max_bytes``."""
-
-    def __init__(self, max_bytes=None):
-        self.max_bytes = max_bytes or MAX_LINE_BYTES
-        self.partial = bytearray()
-
-    def feed(self, data):
-        """The complete, non-blank lines ``data`` ends; OversizedLine when the unfinished one is over the limit."""
-        self.partial.extend(data)
-        lines = []
-        start = 0
-        while True:
-            end = self.partial.find(b'\n', start)
-            if end < 0:
-                break
-            if end - start > self.max_bytes:
-                self.partial = bytearray()
-                raise OversizedLine('a watch line of %d bytes, over the %d the source reads' % (end - start, self.max_bytes))
-            line = bytes(self.partial[start:end]).strip()
-            if line:
-                lines.append(line)
-            start = end + 1
-        del self.partial[:start]
-        if len(self.partial) > self.max_bytes:
-            size = len(self.partial)
-            self.partial = bytearray()
-            raise OversizedLine('a watch line of more than %d bytes, over the %d the source reads' % (size, self.max_bytes))
-        return lines
-
+# ---- settings -------------------------------------------------------------------------------------------------
 
 def settings(args):
     """The source's settings from the rulebook's arguments; SourceError names a bad one."""
@@ -808,6 +342,26 @@ async def _watch(session, conn, config, demand, wake, resource_version, path=Non
                         demand.update(obj, loop.time(), deleted=kind == 'DELETED')
                     wake.set()
     return resource_version
+
+
+def pod_path(key):
+    """One pod's path, from its ``namespace/name`` (Kubernetes API reference, Pod v1 "patch")."""
+    namespace, name = key.split('/', 1)
+    return '/api/v1/namespaces/%s/pods/%s' % (namespace, name)
+
+
+async def release_gated_pod(session, conn, pod, node=None):
+    """Hand a gated pod over to kube-scheduler: take the slice gate (gpufleet.mig/slice) off ``pod`` and, with ``node``, narrow
+    its required node affinity to that node, in one strategic merge patch (k8s/_slice_gate.release_patch: the pod's
+    other gates and affinity terms stay). The pod as the API server has it after the patch; an ApiRefusal for any
+    other answer than 200 (404: the pod is gone; 422: the API server refused the change)."""
+    url = conn.server + pod_path(pod_key(pod))
+    headers = dict(await _headers(conn))
+    headers['Content-Type'] = 'application/strategic-merge-patch+json'
+    async with session.patch(url, data=json.dumps(release_patch(pod, node)), headers=headers,
+                             **conn.request_options()) as response:
+        _check(response, time.time())
+        return await response.json(content_type=None)
 
 
 async def _tell(queue, demand, wake):

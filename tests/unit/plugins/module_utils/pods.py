@@ -41,3 +41,8 @@ def pod(name, resources=None, namespace='team-a', phase='Pending', scheduled=Non
             'metadata': {'name': name, 'namespace': namespace, 'uid': 'uid-' + name,
                          'resourceVersion': resource_version, 'creationTimestamp': '2026-12-03T22:00:00Z'},
             'spec': spec, 'status': status}
+
+
+def running(name, phase='Running', **kwargs):
+    """A pod bound to node gpu-1 and scheduled (a holder of its MIG devices while Running)."""
+    return pod(name, phase=phase, node_name='gpu-1', scheduled=('True', ''), **kwargs)

@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The event source mig_pending_pods: one event per burst, the release trigger, settings, connections, and its
-survival of each fault of the API server (which pod counts: tests/unit/plugins/module_utils/test_pending_pods.py)."""
+"""The event source mig_pending_pods: settings, connections, its survival of each fault of the API server, the
+patch that releases a gated pod. Its decisions are tested with their modules: which pod counts (test_pending_pods.py),
+one event per burst and the release trigger (test_pending_demand.py), the fast path (test_fast_path.py), what the
+API server's answers mean (test_api_watch.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -19,233 +21,9 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.mig.extensions.eda.plugins.event_source import mig_pending_pods as source
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _api_watch as api_watch
 from ansible_collections.gpufleet.mig.tests.eda.fake_kube_api import FakeKubeAPI
-from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.pods import pod
-
-
-# ---- one event per burst ----------------------------------------------------------------------------------
-
-def demand():
-    return source.PendingDemand(quiet_period=10, max_delay=60)
-
-
-def test_a_burst_gives_one_event_after_the_quiet_period_with_every_pod():
-    d = demand()
-    d.update(pod('a'), 0)
-    d.update(pod('b'), 4)
-    assert d.take_event(13.9) is None
-    assert d.seconds_until_due(4) == 10
-    event = d.take_event(14)
-    assert [r['pod'] for r in event['mig_pending_pods']['requests']] == ['team-a/a', 'team-a/b']
-    assert event['mig_pending_pods']['new'] == ['team-a/a', 'team-a/b']
-    assert event['mig_pending_pods']['burst_seconds'] == 14
-    assert d.take_event(100) is None and d.seconds_until_due(100) is None
-
-
-def test_pods_that_keep_coming_are_told_at_max_delay():
-    d = demand()
-    for second in range(0, 70, 5):
-        d.update(pod('p%d' % second), second)
-        event = d.take_event(second)
-        if event:
-            break
-    assert second == 60 and len(event['mig_pending_pods']['requests']) == 13
-
-
-def test_updates_of_pods_already_told_open_no_burst_and_a_new_pod_tells_all_still_pending():
-    d = demand()
-    d.update(pod('a'), 0)
-    d.take_event(10)
-    d.update(pod('a', resource_version='2'), 20)
-    assert d.seconds_until_due(20) is None
-    d.update(pod('b'), 30)
-    event = d.take_event(40)
-    assert [r['pod'] for r in event['mig_pending_pods']['requests']] == ['team-a/a', 'team-a/b']
-    assert event['mig_pending_pods']['new'] == ['team-a/b']
-
-
-def test_a_pod_that_got_scheduled_leaves_and_a_burst_of_only_gone_pods_tells_nothing():
-    d = demand()
-    d.update(pod('a'), 0)
-    d.update(pod('a', phase='Running', node_name='gpu-1'), 3)
-    assert d.seconds_until_due(3) is None and d.take_event(20) is None
-    d.update(pod('b'), 30)
-    d.update(pod('b'), 31, deleted=True)
-    assert d.take_event(50) is None
-
-
-def test_a_pod_that_leaves_and_comes_back_is_new_again():
-    d = demand()
-    d.update(pod('a'), 0)
-    d.take_event(10)
-    d.update(pod('a'), 11, deleted=True)
-    d.update(pod('a'), 12)
-    assert d.take_event(22)['mig_pending_pods']['new'] == ['team-a/a']
-
-
-def test_a_relist_drops_pods_that_are_gone_and_keeps_told_ones_quiet():
-    d = demand()
-    d.update(pod('a'), 0)
-    d.update(pod('b'), 0)
-    d.take_event(10)
-    d.replace_all([pod('b'), pod('other', resources={'cpu': '1'})], 20)
-    assert sorted(d.pending) == ['team-a/b'] and d.seconds_until_due(20) is None
-    d.replace_all([pod('b'), pod('c')], 30)
-    assert d.take_event(40)['mig_pending_pods']['new'] == ['team-a/c']
-
-
-def test_the_same_pod_name_in_two_namespaces_is_two_requests():
-    d = demand()
-    d.update(pod('p', namespace='a'), 0)
-    d.update(pod('p', namespace='b'), 0)
-    assert len(d.take_event(10)['mig_pending_pods']['requests']) == 2
-
-
-# ---- the release trigger -----------------------------------------------------------------------------------
-
-def running(name, phase='Running', **kwargs):
-    return pod(name, phase=phase, node_name='gpu-1', scheduled=('True', ''), **kwargs)
-
-
-def test_a_holder_that_ends_while_a_told_pod_waits_tells_again_after_the_quiet_period():
-    d = demand()
-    d.update(running('done'), 0)
-    d.update(pod('a'), 0)
-    d.take_event(10)
-    d.update(running('done', phase='Succeeded'), 20, deleted=True)
-    assert d.seconds_until_due(20) == 10
-    event = d.take_event(30)['mig_pending_pods']
-    assert [r['pod'] for r in event['requests']] == ['team-a/a']
-    assert event['new'] == [] and event['released'] == ['team-a/done']
-
-
-def test_releases_are_debounced_into_one_event():
-    d = demand()
-    for name in ('w0', 'w1', 'w2'):
-        d.update(running(name), 0)
-    d.update(pod('a'), 0)
-    d.take_event(10)
-    d.update(running('w0'), 20, deleted=True)
-    d.update(running('w1', phase='Failed'), 25)
-    d.update(running('w2'), 27, deleted=True)
-    assert d.take_event(36) is None
-    assert d.take_event(37)['mig_pending_pods']['released'] == ['team-a/w0', 'team-a/w1', 'team-a/w2']
-    assert d.take_event(100) is None
-
-
-def test_a_release_while_nothing_waits_tells_nothing_so_a_run_that_served_everyone_ends_the_loop():
-    d = demand()
-    d.update(running('done'), 0)
-    d.update(running('done'), 5, deleted=True)
-    assert d.seconds_until_due(5) is None and d.take_event(100) is None
-    # A release whose waiting pods were all placed before it was due tells nothing either.
-    d.update(running('other'), 10)
-    d.update(pod('a'), 10)
-    d.take_event(20)
-    d.update(running('other'), 30, deleted=True)
-    d.update(pod('a', phase='Running', node_name='gpu-1', scheduled=('True', '')), 32)
-    assert d.seconds_until_due(32) is None and d.take_event(50) is None
-
-
-def test_a_pod_that_never_held_mig_devices_releases_nothing():
-    d = demand()
-    d.update(pod('a'), 0)
-    d.take_event(10)
-    d.update(running('cpu', resources={'cpu': '1'}), 11)
-    d.update(running('cpu', resources={'cpu': '1'}), 12, deleted=True)
-    d.update(pod('gone-before-bound'), 13, deleted=True)
-    assert d.seconds_until_due(13) is None
-
-
-def test_a_relist_that_misses_a_holder_is_a_release():
-    d = demand()
-    d.replace_all([running('done'), pod('a')], 0)
-    d.take_event(10)
-    d.replace_all([pod('a')], 20)
-    assert d.take_event(30)['mig_pending_pods']['released'] == ['team-a/done']
-
-
-# ---- failures and when to try again -------------------------------------------------------------------------
-
-def test_backoff_doubles_to_the_cap_and_starts_over_after_two_quiet_minutes():
-    retry = source.Retry(retry_max=30)
-    assert [retry.delay(now) for now in (0, 1, 3, 7, 15, 31, 61)] == [1, 2, 4, 8, 16, 30, 30]
-    # 119 s after the last retry began: still failing, still at the cap; 120 s: a fresh start.
-    assert retry.delay(61 + 30 + 119) == 30
-    assert retry.delay(210 + 30 + 120) == 1
-
-
-def test_backoff_never_shorter_than_retry_after_and_retry_after_capped():
-    retry = source.Retry(retry_max=30)
-    assert retry.delay(0, retry_after=7) == 7
-    assert retry.delay(10, retry_after=0) == 2
-    assert retry.delay(20, retry_after=86400) == source.RETRY_AFTER_MAX
-
-
-def test_a_small_retry_max_is_also_the_first_wait():
-    assert source.Retry(retry_max=0.05).delay(0) == 0.05
-
-
-def test_retry_after_in_seconds_or_as_an_http_date():
-    assert source.retry_after_seconds('3', 0) == 3
-    assert source.retry_after_seconds(' 0 ', 0) == 0
-    assert source.retry_after_seconds('Wed, 21 Oct 2015 07:28:10 GMT', 1445412480) == 10
-    assert source.retry_after_seconds('Wed, 21 Oct 2015 07:28:00 GMT', 1445412490) == 0
-    for unreadable in (None, '', 'soon', '-1', '1.5'):
-        assert source.retry_after_seconds(unreadable, 0) is None
-
-
-@pytest.mark.parametrize('status, words', [
-    (401, 'refused the credentials (HTTP 401 Unauthorized on /api/v1/pods): the token or certificate expired or was revoked'),
-    (403, 'refused access (HTTP 403 Forbidden on /api/v1/pods): the account needs get, list and watch on pods'),
-    (429, 'throttling (HTTP 429 Too Many Requests on /api/v1/pods)'),
-    (500, 'failed (HTTP 500 on /api/v1/pods)'),
-    (503, 'failed (HTTP 503 on /api/v1/pods)'),
-    (404, 'answered HTTP 404 to /api/v1/pods'),
-])
-def test_every_answer_but_410_is_a_refusal_to_retry_with_its_status_and_retry_after(status, words):
-    refusal = source.refusal(status, '/api/v1/pods', retry_after=4)
-    assert isinstance(refusal, source.ApiRefusal) and words in str(refusal)
-    assert (refusal.status, refusal.retry_after) == (status, 4)
-
-
-def test_410_and_a_watch_error_410_mean_list_again():
-    with pytest.raises(source.Expired):
-        source.refusal(410, '/api/v1/pods')
-    with pytest.raises(source.Expired):
-        source.watch_error({'code': 410, 'reason': 'Expired'})
-
-
-def test_a_watch_error_other_than_410_is_a_refusal_naming_code_reason_and_message():
-    refusal = source.watch_error({'code': 500, 'reason': 'InternalError', 'message': 'etcdserver: request timed out'})
-    assert refusal.status == 500
-    assert str(refusal) == ('the watch ended with an error from the API server (code 500, InternalError): '
-                            'etcdserver: request timed out')
-    assert source.watch_error({}).status == 0
-
-
-def test_watch_lines_are_cut_across_chunks_and_blank_lines_skipped():
-    lines = source.WatchLines(max_bytes=100)
-    assert lines.feed(b'{"a":') == []
-    assert lines.feed(b'1}\n\n{"b"') == [b'{"a":1}']
-    assert lines.feed(b':2}\n{"c":3}\n') == [b'{"b":2}', b'{"c":3}']
-    assert bytes(lines.partial) == b''
-
-
-def test_a_line_over_the_limit_is_refused_whether_finished_or_not_and_the_reader_starts_clean():
-    lines = source.WatchLines(max_bytes=10)
-    with pytest.raises(source.OversizedLine, match='11 bytes, over the 10'):
-        lines.feed(b'x' * 11 + b'\n')
-    assert lines.feed(b'{"ok":1}\n') == [b'{"ok":1}']
-    with pytest.raises(source.OversizedLine, match='more than 11 bytes'):
-        lines.feed(b'y' * 11)
-    assert lines.feed(b'{"ok":2}\n') == [b'{"ok":2}']
-    assert source.WatchLines(max_bytes=10).feed(b'x' * 10 + b'\n') == [b'x' * 10]
-
-
-def test_the_default_line_limit_reads_a_pod_over_aiohttps_512_kib():
-    line = json.dumps({'type': 'ADDED', 'object': pod('big')}).encode()[:-1] + b', "pad": "%s"}' % (b'x' * 600 * 1024)
-    assert source.WatchLines().feed(line + b'\n') == [line]
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.pods import pod, running
 
 
 # ---- settings and where the API server is -----------------------------------------------------------------
@@ -509,7 +287,7 @@ def test_an_expired_version_lists_again_at_once_without_backoff(api, tmp_path, c
 
 
 def test_a_line_too_long_is_skipped_and_the_pod_read_by_the_next_list(api, tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(source, 'MAX_LINE_BYTES', 64 * 1024)
+    monkeypatch.setattr(api_watch, 'MAX_LINE_BYTES', 64 * 1024)
     big = pod('big')
     big['metadata']['annotations'] = {'huge': 'x' * 100 * 1024}
     run = Run(api, tmp_path)
@@ -546,140 +324,41 @@ def test_a_pod_that_ends_on_a_gpu_node_re_plans_for_the_pods_still_waiting(api, 
     assert [r['pod'] for r in run.events[2]['mig_pending_pods']['requests']] == ['team-a/a']
 
 
-# ---- the create-only fast path --------------------------------------------------------------------------------
+# ---- the seam for gated pods: releasing one ------------------------------------------------------------------
 
-def gpu_node(name='node-1', host='h1', instances=(('1g.10gb', 0, ['team-a/held']),), outcome=None, taints=()):
-    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import gpus_annotation
-    from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_demand_planner import gpu
-    annotations = {'gpufleet.mig/gpus': gpus_annotation(host, {'gpus': [gpu(0, instances)]})}
-    if outcome:
-        annotations['gpufleet.mig/demand-create'] = json.dumps(outcome)
-    return {'metadata': {'name': name, 'labels': {'kubernetes.io/hostname': name}, 'annotations': annotations},
-            'spec': {'taints': [dict(zip(('key', 'value', 'effect'), t)) for t in taints]},
-            'status': {'allocatable': {'cpu': '8', 'memory': '32Gi'}}}
+def release(api, tmp_path, subject, node):
+    async def run():
+        import aiohttp
+        conn = source.find_connection({'kubeconfig': kubeconfig(tmp_path, {'token': TOKEN}, server=api.url)}, {})
+        async with aiohttp.ClientSession() as session:
+            return await source.release_gated_pod(session, conn, subject, node)
+    return asyncio.run(run())
 
 
-def fast_demand(**extra):
-    fast = source.FastPath(quiet_period=1, timeout=60, token='t', **extra)
-    return source.PendingDemand(quiet_period=10, max_delay=60, fast=fast)
+def test_releasing_a_gated_pod_patches_off_only_the_slice_gate_and_pins_it_to_the_node(api, tmp_path):
+    gated = pod('gated')
+    gated['spec']['schedulingGates'] = [{'name': 'example.com/other'}, {'name': 'gpufleet.mig/slice'}]
+    api.put(gated)
+    answer = release(api, tmp_path, gated, 'gpu-a')
+    path, content_type, body = api.patches[-1]
+    assert path == '/api/v1/namespaces/team-a/pods/gated'
+    assert content_type == 'application/strategic-merge-patch+json'
+    assert body == source.release_patch(gated, 'gpu-a')
+    assert answer['spec']['schedulingGates'] == [{'name': 'example.com/other'}]
+    assert answer['spec']['affinity']['nodeAffinity']['requiredDuringSchedulingIgnoredDuringExecution'] == {
+        'nodeSelectorTerms': [{'matchFields': [{'key': 'metadata.name', 'operator': 'In', 'values': ['gpu-a']}]}]}
 
+
+def test_releasing_a_pod_that_is_gone_is_a_refusal_naming_the_status(api, tmp_path):
+    with pytest.raises(source.ApiRefusal) as info:
+        release(api, tmp_path, pod('gone'), None)
+    assert info.value.status == 404 and api.patches[-1][2] == source.release_patch(pod('gone'))
+
+
+# ---- the create-only fast path, through the source --------------------------------------------------------
 
 def small(name='small', **extra):
     return pod(name, {'nvidia.com/mig-1g.20gb': '1'}, **extra)
-
-
-def test_a_pod_that_fits_in_free_slices_is_one_fast_event_after_the_short_quiet_period_and_no_full_event():
-    state = fast_demand()
-    state.update_node(gpu_node(), 0)
-    state.update(small(), 100)
-    assert state.seconds_until_due(100) == 1.0
-    assert state.take_fast_events(100.5) == []
-    [event] = state.take_fast_events(101)
-    change = event['mig_demand_create']
-    assert change['run'] == 'fast-t-1' and change['host'] == 'h1' and change['node'] == 'node-1'
-    assert change['pods'] == ['team-a/small'] and change['gpus'] == {'0': {'1g.20gb': 1}}
-    assert list(change['layout']['config']) == [change['layout']['name']]
-    # Told: the full path's burst has nothing left to tell.
-    assert state.take_event(110) is None and state.seconds_until_due(110) == 51.0   # the deadline: 101 + 60
-
-
-def test_a_burst_splits_the_pod_that_fits_goes_fast_the_other_to_the_full_path():
-    state = fast_demand()
-    state.update_node(gpu_node(), 0)
-    state.update(small(), 100)
-    state.update(pod('whole', {'nvidia.com/mig-7g.80gb': '1'}), 100.2)
-    [fast] = state.take_fast_events(101.2)
-    assert fast['mig_demand_create']['pods'] == ['team-a/small']
-    assert state.take_event(105) is None
-    event = state.take_event(110.2)['mig_pending_pods']
-    assert event['new'] == ['team-a/whole']
-    # The fast pod is not planned again by the full path while its create is under way (its instance is being made).
-    assert [r['pod'] for r in event['requests']] == ['team-a/whole']
-
-
-def test_a_refused_fast_run_gives_its_pods_to_the_full_path_at_once_and_never_fast_again():
-    state = fast_demand()
-    state.update_node(gpu_node(), 0)
-    state.update(small(), 100)
-    run = state.take_fast_events(101)[0]['mig_demand_create']['run']
-    # Another run's outcome changes nothing.
-    state.update_node(gpu_node(outcome={'run': 'fast-other-1', 'result': 'refused'}), 102)
-    assert state.take_event(200) is None
-    state.update_node(gpu_node(outcome={'run': run, 'result': 'refused', 'reason': 'the free slices changed'}), 202)
-    assert state.take_fast_events(203) == []
-    event = state.take_event(212)['mig_pending_pods']
-    assert event['new'] == ['team-a/small'] and [r['pod'] for r in event['requests']] == ['team-a/small']
-    # Still waiting and updated: not a candidate of the fast path again.
-    state.update(small(resource_version='2'), 213)
-    assert state.take_fast_events(300) == [] and state.fast.candidates == set()
-
-
-def test_a_created_run_leaves_its_pods_to_the_scheduler_until_the_timeout():
-    state = fast_demand()
-    state.update_node(gpu_node(), 0)
-    state.update(small(), 100)
-    run = state.take_fast_events(101)[0]['mig_demand_create']['run']
-    state.update_node(gpu_node(instances=(('1g.10gb', 0, ['team-a/held']), ('1g.20gb', 2, [])),
-                               outcome={'run': run, 'result': 'created'}), 105)
-    assert state.take_fast_events(150) == [] and state.take_event(150) is None
-    assert state.seconds_until_due(150) == 11.0   # the pod's deadline: 101 + 60
-    assert state.take_fast_events(161) == []
-    assert state.take_event(171)['mig_pending_pods']['new'] == ['team-a/small']
-
-
-def test_a_pod_bound_meanwhile_is_forgotten():
-    state = fast_demand()
-    state.update_node(gpu_node(), 0)
-    state.update(small(), 100)
-    state.take_fast_events(101)
-    state.update(small(phase='Running', scheduled=('True', ''), node_name='node-1'), 110)
-    assert state.fast.in_flight == {} and state.seconds_until_due(500) is None
-
-
-def test_a_host_with_a_run_under_way_is_not_decided_on_until_the_run_tells_its_outcome():
-    state = fast_demand()
-    state.update_node(gpu_node(), 0)
-    state.update(small(), 100)
-    run = state.take_fast_events(101)[0]['mig_demand_create']['run']
-    state.update(small('second'), 102)
-    assert state.take_fast_events(103) == []          # the host is busy: the pod is left to the full path
-    assert state.take_event(112)['mig_pending_pods']['new'] == ['team-a/second']
-    state.update_node(gpu_node(instances=(('1g.10gb', 0, ['team-a/held']), ('1g.20gb', 2, [])),
-                               outcome={'run': run, 'result': 'created'}), 113)
-    state.update(small('third'), 114)
-    [event] = state.take_fast_events(115)
-    # The second pod, given up on by nobody but told to the full path already, may still be served here: both fit.
-    assert event['mig_demand_create']['run'] == 'fast-t-2'
-    assert 'team-a/third' in event['mig_demand_create']['pods']
-
-
-def test_a_pod_the_node_does_not_admit_is_not_fast():
-    state = fast_demand()
-    state.update_node(gpu_node(taints=[('dedicated', 'gpu', 'NoSchedule')]), 0)
-    state.update(small(), 100)
-    assert state.take_fast_events(101) == []
-    assert state.take_event(110)['mig_pending_pods']['new'] == ['team-a/small']
-
-
-def test_a_deleted_node_or_a_relist_without_it_gives_its_run_back():
-    state = fast_demand()
-    state.update_node(gpu_node(), 0)
-    state.update(small(), 100)
-    state.take_fast_events(101)
-    state.replace_nodes([], 102)
-    assert state.fast.hosts == {} and state.fast.runs == {}
-    assert state.take_event(112)['mig_pending_pods']['new'] == ['team-a/small']
-
-
-def test_a_node_whose_annotation_this_version_cannot_read_has_no_fast_path(caplog):
-    node = gpu_node()
-    node['metadata']['annotations']['gpufleet.mig/gpus'] = '{"version": 7}'
-    state = fast_demand()
-    with caplog.at_level(logging.WARNING):
-        state.update_node(node, 0)
-    assert state.fast.hosts == {} and 'node node-1: gpufleet.mig/gpus: version 7' in caplog.text
-    state.update(small(), 100)
-    assert state.take_fast_events(101) == []
 
 
 def test_the_source_watches_the_nodes_with_fast_and_tells_the_fast_event(api, tmp_path):
@@ -695,18 +374,3 @@ def test_the_source_watches_the_nodes_with_fast_and_tells_the_fast_event(api, tm
                                    "{'floor': {'n': {'1g.10gb': 1}}}"], ids=['mapping', 'json', 'python'])
 def test_the_policy_as_a_rulebook_renders_it(given):
     assert source.settings({'policy': given, 'fast': 'True'})['policy'] == {'floor': {'n': {'1g.10gb': 1}}}
-
-
-def test_the_instance_a_fast_pod_got_is_not_free_for_the_next_one_though_the_annotation_says_so():
-    state = fast_demand()
-    state.update_node(gpu_node(), 0)
-    state.update(small('first'), 100)
-    run = state.take_fast_events(101)[0]['mig_demand_create']['run']
-    # The run's annotation: the new 1g.20gb at 2, which nobody held when the GPUs were read.
-    state.update_node(gpu_node(instances=(('1g.10gb', 0, ['team-a/held']), ('1g.20gb', 2, [])),
-                               outcome={'run': run, 'result': 'created'}), 105)
-    state.update(small('second'), 106)        # first not bound yet: on its way to the instance
-    [event] = state.take_fast_events(107)
-    assert event['mig_demand_create']['gpus'] == {'0': {'1g.20gb': 1}} and event['mig_demand_create']['pods'] == ['team-a/second']
-    state.update(small('first', phase='Running', scheduled=('True', ''), node_name='node-1'), 108)
-    assert state.fast.held_by_node(state.pending) == {'node-1': {'1g.20gb': 1}}
