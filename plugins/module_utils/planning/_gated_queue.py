@@ -33,7 +33,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Tuple
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
@@ -75,8 +75,9 @@ class GatedOptions:
 @dataclass(frozen=True)
 class GatedPod:
     """A pod asking for one MIG device: ``key`` namespace/name, ``profile``, its ``priority`` and ``created`` time
-    (seconds; the queue's order), when the source saw it gated, its node rules (_node_fit), and ``pinned``: the node
-    its affinity was narrowed to when its gate is already gone (a pod whose instance another pod took)."""
+    (seconds; the queue's order), when the source saw it gated, its node rules (_node_fit), ``pinned``: the node its
+    affinity was narrowed to (a pod whose instance another pod took), and ``gated``: False once its gate is gone
+    (released, or pinned). The queue still makes instances for a pod without the gate; kube-scheduler binds it."""
 
     key: str
     profile: str
@@ -85,6 +86,7 @@ class GatedPod:
     gated_since: float = 0.0
     rules: PodPlacementRules = field(default_factory=PodPlacementRules)
     pinned: Optional[str] = None
+    gated: bool = True
 
     def slices(self):
         try:
@@ -187,6 +189,7 @@ class GatedQueue(object):
         self.under_way = {}  # key -> (Decision, GatedPod, the slot given, the slots destroyed)
         self.holds = {}      # key -> (slot, rules) of a pod bound to an instance
         self.orphans = {}    # key -> (slot, destroyed) of a create whose pod ended before its run did
+        self.doomed = {}     # (node, GPU, id) -> Slot decided destroyed, its run not done (an ungated pod may bind it)
 
     # -- the fleet and the pods ------------------------------------------------------------------
 
@@ -198,7 +201,7 @@ class GatedQueue(object):
         Returns :meth:`decide`'s decisions."""
         self.rooms = dict(nodes)
         self.gpus = [g for node in sorted(gpus) for g in read_gpus(node, gpus[node], now)]
-        self.pods, self.reasons, self.under_way, self.holds, self.orphans = {}, {}, {}, {}, {}
+        self.pods, self.reasons, self.under_way, self.holds, self.orphans, self.doomed = {}, {}, {}, {}, {}, {}
         for gpu in self.gpus:
             for slot in gpu.slots:
                 if slot.holder and slot.holder != PROCESS_HOLDER:
@@ -230,7 +233,7 @@ class GatedQueue(object):
 
     def next_deadline(self):
         """The earliest time a release or an idle instance's destroy is due (None: none is), for the source's timer."""
-        times = [p.gated_since + self.options.release_after for p in self.pods.values() if p.pinned is None]
+        times = [p.gated_since + self.options.release_after for p in self.pods.values() if p.gated]
         if self.options.destroy_after is not None:
             times.extend(s.idle_since + self.options.destroy_after for s in self.slots() if s.idle and s.id is not None)
         return min(times) if times else None
@@ -243,7 +246,8 @@ class GatedQueue(object):
 
     def decide(self, now):
         """Decide every waiting pod, one at a time in queue order: serve, create or reshape decisions (each under way
-        until :meth:`bound`), and releases of pods unserved for ``release_after``; the others keep their reason."""
+        until :meth:`bound`), and releases of gated pods unserved for ``release_after`` (the gate goes; the queue keeps
+        deciding for them, kube-scheduler binds them); the others keep their reason (:meth:`waiting`)."""
         decisions = []
         for pod in sorted(self.pods.values(), key=self._order):
             decision, reason = self._decide_one(pod)
@@ -251,9 +255,9 @@ class GatedQueue(object):
                 del self.pods[pod.key]
                 self.reasons.pop(pod.key, None)
                 decisions.append(decision)
-            elif pod.pinned is None and now - pod.gated_since >= self.options.release_after:
-                del self.pods[pod.key]
-                self.reasons.pop(pod.key, None)
+            elif pod.gated and now - pod.gated_since >= self.options.release_after:
+                self.pods[pod.key] = replace(pod, gated=False)
+                self.reasons[pod.key] = reason
                 decisions.append(Decision(RELEASE, pod.key, profile=pod.profile, reason=reason))
             else:
                 self.reasons[pod.key] = reason
@@ -322,6 +326,7 @@ class GatedQueue(object):
         dummy, gpu, start, destroyed = best
         for slot in destroyed:
             gpu.slots.remove(slot)
+            self.doomed[(slot.node, slot.gpu, slot.id)] = slot
         planned = Slot(gpu.node, gpu.index, pod.profile, start, None, None, None, 0.0)
         gpu.slots.append(planned)
         decision = Decision(RESHAPE if destroyed else CREATE, pod.key, gpu.node, gpu.index, pod.profile, start,
@@ -351,7 +356,7 @@ class GatedQueue(object):
 
     def _replace(self, slot, **changes):
         gpu = self._gpu(slot.node, slot.gpu)
-        fresh = Slot(**dict(dict((k, getattr(slot, k)) for k in Slot.__dataclass_fields__), **changes))
+        fresh = replace(slot, **changes)
         gpu.slots[gpu.slots.index(slot)] = fresh
         return fresh
 
@@ -363,12 +368,13 @@ class GatedQueue(object):
         """The create (or reshape) decided for ``pod`` ran: its instance exists with ``instance_id`` (idle when the pod
         ended meanwhile)."""
         if pod in self.orphans:
-            slot, dummy = self.orphans.pop(pod)
+            slot, destroyed = self.orphans.pop(pod)
             self._replace(slot, id=instance_id)
-            return
-        decision, gated, slot, destroyed = self.under_way[pod]
-        slot = self._replace(slot, id=instance_id)
-        self.under_way[pod] = (decision, gated, slot, destroyed)
+        else:
+            decision, gated, slot, destroyed = self.under_way[pod]
+            self.under_way[pod] = (decision, gated, self._replace(slot, id=instance_id), destroyed)
+        for gone in destroyed:
+            self.doomed.pop((gone.node, gone.gpu, gone.id), None)
 
     def failed(self, pod, now):
         """The run for ``pod``'s create or reshape refused (its guard found the GPU changed): nothing changed, so the
@@ -380,28 +386,42 @@ class GatedQueue(object):
         else:
             dummy, gated, slot, destroyed = self.under_way.pop(pod)
         gpu = self._gpu(slot.node, slot.gpu)
-        gpu.slots = [s for s in gpu.slots if s.start != slot.start or s.id is not None] + list(destroyed)
+        gpu.slots = [s for s in gpu.slots if s.start != slot.start or s.id is not None]
+        gpu.slots.extend(self.doomed.pop((s.node, s.gpu, s.id), s) for s in destroyed)
         if gated is not None:
             self._give_back_room(slot.node, gated.rules)
             self.pods[pod] = gated
         return self.decide(now)
 
-    def bound(self, pod, node, instance_id, now=0.0):
-        """``pod`` holds instance ``instance_id`` on ``node`` (its device id in the kubelet's allocation). When that
+    def decided(self, pod):
+        """The Decision under way for ``pod`` (taken, its pod not bound yet), or None."""
+        return self.under_way[pod][0] if pod in self.under_way else None
+
+    def bound(self, pod, node, gpu, instance_id, now=0.0):
+        """``pod`` holds GPU instance ``instance_id`` of GPU ``gpu`` on ``node`` (its device id in the kubelet's
+        allocation, as nvidia_mig_facts' ``allocated_to`` reads it). When that
         instance was reserved for another pod (an ungated pod took it first), that pod waits again, pinned to the
         node its affinity names. Returns :meth:`decide`'s decisions."""
-        slot = next((s for g in self.gpus if g.node == node for s in g.slots if s.id == instance_id), None)
-        if slot is None:
-            raise DemandPlanError('pod %s: node %s has no instance %s the queue knows' % (pod, node, instance_id))
+        slot = next((s for s in self._gpu(node, gpu).slots if s.id == instance_id), None)
+        doomed = (node, gpu, instance_id) in self.doomed
+        if slot is None and not doomed:
+            raise DemandPlanError('pod %s: node %s GPU %s has no instance %s the queue knows' % (pod, node, gpu, instance_id))
         mine = self.under_way.pop(pod, None)
+        if mine is not None and (slot is None or mine[2].id != instance_id):   # it took another instance than its own
+            given = self._replace(self._slot_at(mine[2].node, mine[2].gpu, mine[2].start), reserved_for=None, idle_since=now)
+            if given.id is None:   # its create still to run: created() or failed() says
+                self.orphans[pod] = (given, mine[3])
+        self.pods.pop(pod, None)
+        rules = mine[1].rules if mine else PodPlacementRules()
+        if doomed:
+            # decided destroyed, its run not done: the run's guard refuses (kept, failed) and the slot comes back held
+            self.doomed[(node, gpu, instance_id)] = replace(self.doomed[(node, gpu, instance_id)], holder=pod)
+            self.holds[pod] = (self.doomed[(node, gpu, instance_id)], rules)
+            return self.decide(now)
         if slot.reserved_for not in (None, pod):
             dummy, other, dummy2, dummy3 = self.under_way.pop(slot.reserved_for)
-            self.pods[other.key] = GatedPod(other.key, other.profile, other.priority, other.created, other.gated_since,
-                                            other.rules, node)
-        if mine is not None and mine[2].id != instance_id:   # it took another instance than the one given it
-            self._replace(self._slot_at(mine[2].node, mine[2].gpu, mine[2].start), reserved_for=None, idle_since=now)
-        self.pods.pop(pod, None)
-        self.holds[pod] = (self._replace(slot, holder=pod, reserved_for=None), mine[1].rules if mine else PodPlacementRules())
+            self.pods[other.key] = replace(other, pinned=node if other.gated else other.pinned, gated=False)
+        self.holds[pod] = (self._replace(slot, holder=pod, reserved_for=None), rules)
         return self.decide(now)
 
     def _give_back_room(self, node, rules):
@@ -423,7 +443,10 @@ class GatedQueue(object):
             held = (slot, gated.rules)
         if held is not None:
             slot = self._slot_at(held[0].node, held[0].gpu, held[0].start)
-            if slot is not None:
+            key = (held[0].node, held[0].gpu, held[0].id)
+            if key in self.doomed:
+                self.doomed[key] = replace(self.doomed[key], holder=None, idle_since=now)
+            elif slot is not None:
                 slot = self._replace(slot, holder=None, reserved_for=None, idle_since=now)
                 if slot.id is None and destroyed is not None:   # its run has not created it yet: created() or failed() says
                     self.orphans[pod] = (slot, destroyed)
@@ -441,5 +464,18 @@ class GatedQueue(object):
             for slot in sorted(gpu.slots, key=lambda s: s.start):
                 if slot.idle and slot.id is not None and now - slot.idle_since >= self.options.destroy_after:
                     gpu.slots.remove(slot)
+                    self.doomed[(slot.node, slot.gpu, slot.id)] = slot
                     decisions.append(Decision(DESTROY, None, gpu.node, gpu.index, slot.profile, slot.start, slot.id))
         return decisions
+
+    def destroyed(self, node, gpu, instance_id):
+        """The run of a ``destroy`` decision destroyed the instance."""
+        self.doomed.pop((node, gpu, instance_id), None)
+
+    def kept(self, node, gpu, instance_id, now):
+        """The run of a ``destroy`` decision refused (a pod bound the instance since): it stays, held or idle.
+        Returns :meth:`decide`'s decisions."""
+        slot = self.doomed.pop((node, gpu, instance_id), None)
+        if slot is not None:
+            self._gpu(node, gpu).slots.append(slot)
+        return self.decide(now)
