@@ -200,7 +200,9 @@ class FakeCluster(object):
 
     def call(self, q, method, *args):
         """``method(*args)`` of the queue, its decisions checked against what held and reserved before, then taken."""
-        reserved = set((s.node, s.gpu, s.id) for s in q.slots() if s.reserved_for and s.id is not None)
+        # reserved for a pod other than the one this call says is bound elsewhere or ended (its reservation goes back)
+        freed = args[0] if method in (q.bound, q.ended) else None
+        reserved = set((s.node, s.gpu, s.id) for s in q.slots() if s.reserved_for not in (None, freed) and s.id is not None)
         decisions = method(*args)
         served = set((d.node, d.gpu, d.instance) for d in decisions if d.action == SERVE)
         for decision in decisions:
@@ -329,6 +331,20 @@ def test_the_queue_never_puts_two_pods_on_one_instance_nor_destroys_a_held_one_a
     cluster.call(q, q.decide, now + 30.0)
     assert not [p for p, dummy in q.waiting() if p.gated]
     assert all(p.key in cluster.pods for p, dummy in q.waiting())
+
+
+def test_a_pod_bound_to_another_instance_than_its_own_gives_its_own_back():
+    # Found by the property above: a pinned pod (its reservation taken by an ungated pod, then given a create on the
+    # other GPU) bound by kube-scheduler to an idle instance of its node: the created one is idle, a reshape may take it.
+    held = [(n, '1g.10gb', n, 'ns/h%d' % n) for n in (4, 5, 6)]
+    q, (first,) = queue({'n1': [gpu(0, [(1, '1g.10gb', 0, None), (2, '1g.10gb', 1, 'ns/x')] + held)]}, [pod('ns/a', '1g.10gb', 1)])
+    again, = q.bound('ns/thief', 'n1', 0, 1, 1.0)
+    assert (again.pod, again.action, again.start) == ('ns/a', CREATE, 2)
+    q.created('ns/a', 9)
+    assert q.ended('ns/x', 2.0) == []
+    q.add(pod('ns/b', '2g.20gb', 3))
+    reshape, = q.bound('ns/a', 'n1', 0, 2, 3.0)
+    assert (reshape.pod, reshape.action, reshape.start, reshape.destroys) == ('ns/b', RESHAPE, 2, ((9, '1g.10gb', 2),))
 
 
 def test_a_pinned_pod_bound_to_an_instance_decided_destroyed_gives_its_own_create_back():
