@@ -10,8 +10,9 @@ Pure Python: no NVML, no Ansible imports. A pod held back by the scheduling gate
 seen by kube-scheduler; :class:`GatedQueue` decides for it, against the fleet as it is plus its own decisions
 still under way, in the order kube-scheduler's PrioritySort queue would take the pods (priority descending,
 then creation time, then namespace/name). Per pod, the first of these that a node the pod may use offers
-(_node_fit's filters; among equals the least allocated node, as NodeResourcesFit's LeastAllocated scores it,
-then the lowest GPU index and the lowest start, as NVIDIA's DRA driver takes "the first match"):
+(_node_fit's filters; among equals the most allocated node, as NodeResourcesFit's MostAllocated scores it, or the
+least allocated with ``placement: spread``, then the lowest GPU index and the lowest start, as NVIDIA's DRA driver
+takes "the first match"):
 
 1. ``serve``: an idle instance of the pod's profile, as it is;
 2. ``create``: a new instance in free slices;
@@ -45,20 +46,25 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit im
 GATE = 'gpufleet.mig/slice'
 SERVE, CREATE, RESHAPE, RELEASE, DESTROY = 'serve', 'create', 'reshape', 'release', 'destroy'
 QUEUE, SMALLEST_FIRST = 'queue', 'smallest-first'
+PACK, SPREAD = 'pack', 'spread'
 # An instance NVML lists processes on that no pod holds: never idle.
 PROCESS_HOLDER = '(processes)'
 
 
 @dataclass(frozen=True)
 class GatedOptions:
-    """``release_after``: seconds a gated pod may wait before it is released to the scheduler with its reason.
-    ``destroy_after``: seconds an instance made for a pod stays idle after its pod ended before it is destroyed;
-    None keeps it until another profile needs its slices (a reshape). ``order``: ``queue`` (kube-scheduler's) or
-    ``smallest-first`` (fewest slices first, then the queue's order)."""
+    """``release_after``: seconds a gated pod may wait before it is released to the scheduler with its reason (a
+    released pod is bound by kube-scheduler to any device of its profile, ahead of the queue: too short a wait costs
+    placements, docs/demand.md). ``destroy_after``: seconds an instance stays idle after its pod ended before it is
+    destroyed; None keeps it until another profile needs its slices (a reshape). ``order``: ``queue``
+    (kube-scheduler's) or ``smallest-first`` (fewest slices first, then the queue's order). ``placement``: the node
+    among those that can serve, ``pack`` (the most allocated first, as kube-scheduler's MostAllocated scores) or
+    ``spread`` (the least allocated first, its default LeastAllocated)."""
 
-    release_after: float = 600.0
-    destroy_after: Optional[float] = None
+    release_after: float = 1800.0
+    destroy_after: Optional[float] = 2.0
     order: str = QUEUE
+    placement: str = PACK
 
     def problem(self):
         """Why these options cannot run, in one line; None when they can."""
@@ -69,6 +75,8 @@ class GatedOptions:
             return 'destroy_after must be a number of seconds, not negative, or null (keep): got %r' % (self.destroy_after,)
         if self.order not in (QUEUE, SMALLEST_FIRST):
             return 'order must be %s or %s: got %r' % (QUEUE, SMALLEST_FIRST, self.order)
+        if self.placement not in (PACK, SPREAD):
+            return 'placement must be %s or %s: got %r' % (PACK, SPREAD, self.placement)
         return None
 
 
@@ -276,9 +284,12 @@ class GatedQueue(object):
         return allowed, refused
 
     def _share(self, node):
+        """The node's rank among those that can serve: its share of memory slices held or reserved, the most first
+        when packing, the least first when spreading."""
         gpus = [g for g in self.gpus if g.node == node]
         total = sum(g.catalog.total_slices for g in gpus)
-        return float(sum(g.taken_slices() for g in gpus)) / total if total else 1.0
+        share = float(sum(g.taken_slices() for g in gpus)) / total if total else 1.0
+        return -share if self.options.placement == PACK else share
 
     def _idle(self, pod, nodes, profile):
         found = [(self._share(g.node), g.node, g.index, s.start, s) for g in self.gpus if g.node in nodes

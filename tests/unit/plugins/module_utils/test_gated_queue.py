@@ -96,8 +96,11 @@ def test_the_node_rules_choose_the_node_and_explain_a_refusal():
         "1 node(s) had untolerated taint {gpu: x}"
 
 
-def test_the_least_allocated_node_then_the_first_gpu_and_start():
-    q, decisions = queue({'n1': [gpu(0, [(1, '3g.40gb', 0, 'ns/x')])], 'n2': [gpu(0), gpu(1)]}, [pod('ns/a', '3g.40gb', 1)])
+def test_the_most_allocated_node_or_with_spread_the_least_then_the_first_gpu_and_start():
+    gpus = {'n1': [gpu(0, [(1, '3g.40gb', 0, 'ns/x')])], 'n2': [gpu(0), gpu(1)]}
+    q, decisions = queue(gpus, [pod('ns/a', '3g.40gb', 1)])
+    assert [(d.node, d.gpu, d.start) for d in decisions] == [('n1', 0, 4)]
+    q, decisions = queue(gpus, [pod('ns/a', '3g.40gb', 1)], placement='spread')
     assert [(d.node, d.gpu, d.start) for d in decisions] == [('n2', 0, 0)]
 
 
@@ -165,6 +168,7 @@ def test_reconcile_reads_holders_and_pinned_pods_reserve_their_instance():
     (dict(release_after=-1), 'release_after must be a number of seconds, not negative: got -1'),
     (dict(destroy_after='soon'), "destroy_after must be a number of seconds, not negative, or null (keep): got 'soon'"),
     (dict(order='fifo'), "order must be queue or smallest-first: got 'fifo'"),
+    (dict(placement='random'), "placement must be pack or spread: got 'random'"),
 ])
 def test_bad_options_are_refused_in_one_line(options, message):
     assert GatedOptions(**options).problem() == message
@@ -288,12 +292,12 @@ STEPS = st.lists(st.tuples(st.sampled_from(('arrive', 'arrive', 'arrive', 'run',
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(st.lists(st.lists(instances_strategy(), min_size=1, max_size=2), min_size=1, max_size=2), STEPS,
-       st.sampled_from((None, 0.0, 5.0)), st.sampled_from(('queue', SMALLEST_FIRST)))
+       st.sampled_from((None, 0.0, 5.0)), st.sampled_from(('queue', SMALLEST_FIRST)), st.sampled_from(('pack', 'spread')))
 def test_the_queue_never_puts_two_pods_on_one_instance_nor_destroys_a_held_one_and_serves_or_releases_every_pod(
-        drawn, steps, destroy_after, order):
+        drawn, steps, destroy_after, order, placement):
     gpus = fleet_of(drawn)
     cluster = FakeCluster(gpus)
-    q = GatedQueue(GatedOptions(release_after=30.0, destroy_after=destroy_after, order=order))
+    q = GatedQueue(GatedOptions(release_after=30.0, destroy_after=destroy_after, order=order, placement=placement))
     cluster.call(q, q.reconcile, dict((n, NodeRoom(n)) for n in gpus), gpus, [])
     now = 0.0
     for number, (step, profile, priority) in enumerate(steps):
