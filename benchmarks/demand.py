@@ -867,6 +867,10 @@ def main(argv=None):
           'then the plugin %g and the kubelet\'s status within %g (default period), the run ends after %g'
           % (options.run_seconds, READ_SECONDS, QUIET_SECONDS, MAX_DELAY_SECONDS, options.dra_seconds, options.nos_seconds,
              FAST_QUIET_SECONDS, FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, NODE_STATUS_SECONDS, FAST_RUN_SECONDS))
+    print("Gated (s): decided %g after a pod is seen, a serve's gate removed %g later, a create as the fast path's; released "
+          "after %g, an idle instance destroyed %s after its pod ended, the source restarted every %g h"
+          % (FAST_QUIET_SECONDS, FAST_PLUGIN_SECONDS, options.release_after, '%g' % options.destroy_after,
+             options.gated_restart))
     results = dict((label, []) for label, dummy in policies(layouts, options.release_idle, options))
     for seed in seeds:
         requests = request_stream(seed, options.hours, options.load, options.burst, shapes, fleet_slices)
