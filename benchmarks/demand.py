@@ -801,10 +801,11 @@ def figures(replay):
     counted as free: lost to the policy's reaction, not to packing)."""
     import demand_gated
     waits = [(r.running_at - r.arrival) / MINUTE for r in replay.requests if r.placed_at is not None]
-    return dict(demand_gated.served(replay), **{'requests': len(replay.requests), 'placed': len(waits), 'mean_pending': sum(waits) / len(waits) if waits else 0.0,
-            'p95_pending': percentile(waits, 0.95), 'reconfigurations': replay.reconfigurations, 'cordons': replay.cordons,
-            'runs': replay.runs, 'evicted': replay.evicted, 'stranded_slice_hours': replay.stranded_seconds / 3600.0,
-            'lost_with_room': replay.lost_with_room})
+    return dict(demand_gated.served(replay), **{
+        'requests': len(replay.requests), 'placed': len(waits), 'mean_pending': sum(waits) / len(waits) if waits else 0.0,
+        'p95_pending': percentile(waits, 0.95), 'reconfigurations': replay.reconfigurations, 'cordons': replay.cordons,
+        'runs': replay.runs, 'evicted': replay.evicted, 'stranded_slice_hours': replay.stranded_seconds / 3600.0,
+        'lost_with_room': replay.lost_with_room})
 
 
 def policies(layouts, release_idle=False, options=None):

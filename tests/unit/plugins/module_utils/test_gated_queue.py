@@ -186,8 +186,11 @@ class FakeCluster(object):
 
     def __init__(self, gpus):
         self.catalog = Catalog.from_data(A100.profiles)
-        self.instances = dict(((n, g['index']), dict((i['id'], [i['profile'], i['placement']['start'], (i['allocated_to'] or [None])[0]])
-                                                      for i in g['gpu_instances'])) for n in gpus for g in gpus[n])
+        self.instances = {}   # (node, GPU index) -> {instance id: [profile, start, holder]}
+        for node in gpus:
+            for found in gpus[node]:
+                self.instances[(node, found['index'])] = dict(
+                    (i['id'], [i['profile'], i['placement']['start'], (i['allocated_to'] or [None])[0]]) for i in found['gpu_instances'])
         self.next_id = 100
         self.destroyed_held = []
         self.runs = []   # decisions whose run is to come
