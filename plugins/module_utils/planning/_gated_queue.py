@@ -25,8 +25,10 @@ scheduler takes it as any pod) once it waited ``release_after`` seconds.
 The event source drives the state transitions, each a method: :meth:`GatedQueue.reconcile` (every gated pod and
 the GPUs at start), :meth:`~GatedQueue.add` (a pod gated), :meth:`~GatedQueue.decide` (take decisions),
 :meth:`~GatedQueue.created` / :meth:`~GatedQueue.failed` (the run of a create or reshape), :meth:`~GatedQueue.bound`
-(a pod holds an instance), :meth:`~GatedQueue.ended` (a pod ended or was deleted) and :meth:`~GatedQueue.expire`
-(idle instances given back under the release rule). Decisions are :class:`Decision` values.
+(a pod holds an instance), :meth:`~GatedQueue.ended` (a pod ended or was deleted), :meth:`~GatedQueue.expire` (idle
+instances given back under the release rule) and :meth:`~GatedQueue.destroyed` / :meth:`~GatedQueue.kept` (that
+destroy's run). Decisions are :class:`Decision` values; :meth:`~GatedQueue.next_deadline` says when to call
+:meth:`~GatedQueue.decide` and :meth:`~GatedQueue.expire` again.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -128,7 +130,8 @@ class Decision:
 @dataclass(frozen=True)
 class Slot:
     """One instance as the queue sees it: ``id`` None until its create ran; ``holder`` the pod (by device id) or
-    :data:`PROCESS_HOLDER`; ``reserved_for`` the pod the queue gave it that is not bound yet; ``idle_since``."""
+    :data:`PROCESS_HOLDER`; ``reserved_for`` the pod the queue gave it that is not bound yet; ``idle_since`` when a pod
+    left it (None: idle since before the queue watched, which the release rule leaves alone; a reshape may use it)."""
 
     node: str
     gpu: int
@@ -137,7 +140,7 @@ class Slot:
     id: Optional[int] = None
     holder: Optional[str] = None
     reserved_for: Optional[str] = None
-    idle_since: float = 0.0
+    idle_since: Optional[float] = None
 
     @property
     def idle(self):
@@ -163,7 +166,7 @@ class _Gpu(object):
         return sum(self.catalog.get(s.profile).memory_slices for s in self.slots if not s.idle)
 
 
-def read_gpus(node, gpus, now=0.0):
+def read_gpus(node, gpus):
     """The slots of one node's GPUs as the annotation (_demand_fast.gpus_annotation) or nvidia_mig facts give them."""
     read = []
     for gpu in sorted(gpus or [], key=lambda g: g.get('index', 0)):
@@ -175,7 +178,7 @@ def read_gpus(node, gpus, now=0.0):
                 holders = gi.get('allocated_to') or []
                 pids = [p for ci in gi.get('compute_instances') or [] for p in ci.get('processes') or []]
                 slots.append(Slot(node, gpu['index'], gi['profile'], gi['placement']['start'], gi.get('id'),
-                                  sorted(holders)[0] if holders else (PROCESS_HOLDER if pids else None), None, now))
+                                  sorted(holders)[0] if holders else (PROCESS_HOLDER if pids else None)))
             except (KeyError, TypeError) as exc:
                 raise DemandPlanError('node %s GPU %s: an instance without %s' % (node, gpu['index'], exc))
         read.append(_Gpu(node, gpu['index'], _catalog(gpu['profiles']), slots))
@@ -208,7 +211,7 @@ class GatedQueue(object):
         on its node if one is there). Decisions under way before are forgotten: the fleet says what they did.
         Returns :meth:`decide`'s decisions."""
         self.rooms = dict(nodes)
-        self.gpus = [g for node in sorted(gpus) for g in read_gpus(node, gpus[node], now)]
+        self.gpus = [g for node in sorted(gpus) for g in read_gpus(node, gpus[node])]
         self.pods, self.reasons, self.under_way, self.holds, self.orphans, self.doomed = {}, {}, {}, {}, {}, {}
         for gpu in self.gpus:
             for slot in gpu.slots:
@@ -243,7 +246,8 @@ class GatedQueue(object):
         """The earliest time a release or an idle instance's destroy is due (None: none is), for the source's timer."""
         times = [p.gated_since + self.options.release_after for p in self.pods.values() if p.gated]
         if self.options.destroy_after is not None:
-            times.extend(s.idle_since + self.options.destroy_after for s in self.slots() if s.idle and s.id is not None)
+            times.extend(s.idle_since + self.options.destroy_after for s in self.slots()
+                         if s.idle and s.id is not None and s.idle_since is not None)
         return min(times) if times else None
 
     # -- deciding --------------------------------------------------------------------------------
@@ -338,7 +342,7 @@ class GatedQueue(object):
         for slot in destroyed:
             gpu.slots.remove(slot)
             self.doomed[(slot.node, slot.gpu, slot.id)] = slot
-        planned = Slot(gpu.node, gpu.index, pod.profile, start, None, None, None, 0.0)
+        planned = Slot(gpu.node, gpu.index, pod.profile, start)
         gpu.slots.append(planned)
         decision = Decision(RESHAPE if destroyed else CREATE, pod.key, gpu.node, gpu.index, pod.profile, start,
                             destroys=tuple((s.id, s.profile, s.start) for s in sorted(destroyed, key=lambda s: s.start)))
@@ -465,15 +469,15 @@ class GatedQueue(object):
         return self.decide(now)
 
     def expire(self, now):
-        """The destroys the release rule asks for now: idle instances ``destroy_after`` seconds after they went idle
-        (none when the rule keeps them). Each is gone from the queue's view at once: its run goes before any create
+        """The destroys the release rule asks for now: instances idle ``destroy_after`` seconds after their pod left them
+        (none when the rule keeps them; never one idle since before the queue watched). Each is gone from the queue's view at once: its run goes before any create
         decided later on that node."""
         if self.options.destroy_after is None:
             return []
         decisions = []
         for gpu in self.gpus:
             for slot in sorted(gpu.slots, key=lambda s: s.start):
-                if slot.idle and slot.id is not None and now - slot.idle_since >= self.options.destroy_after:
+                if slot.idle and slot.id is not None and slot.idle_since is not None and now - slot.idle_since >= self.options.destroy_after:
                     gpu.slots.remove(slot)
                     self.doomed[(slot.node, slot.gpu, slot.id)] = slot
                     decisions.append(Decision(DESTROY, None, gpu.node, gpu.index, slot.profile, slot.start, slot.id))

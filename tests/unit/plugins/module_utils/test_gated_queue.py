@@ -369,3 +369,11 @@ def test_a_pinned_pod_bound_to_an_instance_decided_destroyed_gives_its_own_creat
     assert q.kept('n1', 0, 101, 4.0) == []   # the destroy's guard refused: 101 is back, held by ns/a
     q.created('ns/a', 103)   # the create decided for it ran anyway: an idle instance
     assert sorted((s.id, s.holder, s.reserved_for) for s in q.slots()) == [(101, 'ns/a', None), (102, None, 'ns/b'), (103, None, None)]
+
+
+def test_the_release_rule_leaves_alone_an_instance_idle_since_before_the_queue_watched():
+    q, decisions = queue({'n1': [gpu(0, [(1, '3g.40gb', 0, None), (2, '3g.40gb', 4, 'ns/x')])]}, [], destroy_after=0.0)
+    assert decisions == [] and q.next_deadline() is None and q.expire(100.0) == []
+    assert q.ended('ns/x', 100.0) == []
+    assert q.next_deadline() == 100.0
+    assert [(d.action, d.instance) for d in q.expire(100.0)] == [(DESTROY, 2)]
