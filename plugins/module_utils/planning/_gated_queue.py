@@ -469,9 +469,9 @@ class GatedQueue(object):
         return self.decide(now)
 
     def expire(self, now):
-        """The destroys the release rule asks for now: instances idle ``destroy_after`` seconds after their pod left them
-        (none when the rule keeps them; never one idle since before the queue watched). Each is gone from the queue's view at once: its run goes before any create
-        decided later on that node."""
+        """The destroys the release rule asks for now: instances idle ``destroy_after`` seconds after their pod left
+        them (none when the rule keeps them; never one idle since before the queue watched). Each is gone from the
+        queue's view at once: its run goes before any create decided later on that node."""
         if self.options.destroy_after is None:
             return []
         decisions = []
