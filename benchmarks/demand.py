@@ -64,6 +64,11 @@ Policies, each with its reconfiguration latency (seconds, printed in the header)
   any run before it); a run whose GPUs changed since the decision is refused and its pods go to the full path, as
   do those still waiting 120 s after their instances were made. Latencies from make cluster-test's check 8.
 
+(g) the gated rows, benchmarks/demand_gated.py: MIG pods held back by a scheduling gate and decided one at a time in
+queue order by the collection's planning/_gated_queue (serve an idle instance, else create, else destroy idle ones),
+at the fast path's latencies, with the release rule, the release wait and the source's reconciliation; as shipped
+and with one option changed each (see that file).
+
 Figures per policy: requests placed, minutes pending (to running: latency included), reconfigurations (one per GPU
 whose instances change at one moment, the same for every policy: a DRA create or destroy is one), cordons (node
 cordoned for a change), pods evicted, stranded slice-hours (_mig_geometry.analyze's stranded slices over time), and
@@ -105,6 +110,9 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometr
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError, plan_gpu  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu  # noqa: E402
 
+# benchmarks/demand_gated.py (the gated rows) imports this script as ``demand``: run as a script, it is that module.
+sys.modules.setdefault('demand', sys.modules[__name__])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATALOG_FILE = os.path.join(ROOT, 'roles', 'mig_layout', 'files', 'catalog.yml')
 MODELS = ('A100-SXM4-80GB', 'H100-SXM5-80GB', 'H200', 'B200')
@@ -791,16 +799,20 @@ def figures(replay):
     """What one replay achieved: placed requests, minutes pending to running (mean, p95), reconfigurations, cordons,
     runs, evictions, stranded slice-hours, and the pods that gave up while a GPU had room for them (idle instances
     counted as free: lost to the policy's reaction, not to packing)."""
+    import demand_gated
     waits = [(r.running_at - r.arrival) / MINUTE for r in replay.requests if r.placed_at is not None]
-    return {'requests': len(replay.requests), 'placed': len(waits), 'mean_pending': sum(waits) / len(waits) if waits else 0.0,
-            'p95_pending': percentile(waits, 0.95), 'reconfigurations': replay.reconfigurations, 'cordons': replay.cordons,
-            'runs': replay.runs, 'evicted': replay.evicted, 'stranded_slice_hours': replay.stranded_seconds / 3600.0,
-            'lost_with_room': replay.lost_with_room}
+    return dict(demand_gated.served(replay), **{
+        'requests': len(replay.requests), 'placed': len(waits), 'mean_pending': sum(waits) / len(waits) if waits else 0.0,
+        'p95_pending': percentile(waits, 0.95), 'reconfigurations': replay.reconfigurations, 'cordons': replay.cordons,
+        'runs': replay.runs, 'evicted': replay.evicted, 'stranded_slice_hours': replay.stranded_seconds / 3600.0,
+        'lost_with_room': replay.lost_with_room})
 
 
-def policies(layouts, release_idle=False):
+def policies(layouts, release_idle=False, options=None):
     """(label, factory(requests, options, seed)) of each policy compared, in print order; the release_idle variant
-    (not the shipped policy, and three times the CPU of the others together) only when asked."""
+    (not the shipped policy, and three times the CPU of the others together) only when asked; the gated rows
+    (benchmarks/demand_gated.py) when ``options`` are given."""
+    import demand_gated
     return [
         (StaticLayout.label, lambda r, o, s: StaticLayout(r, o, s, layouts['all-balanced'])),
         (DayNight.label, lambda r, o, s: DayNight(r, o, s, layouts)),
@@ -809,7 +821,8 @@ def policies(layouts, release_idle=False):
         (ShippedDemand.label, ShippedDemand),
         (ShippedDemandReleaseTrigger.label, ShippedDemandReleaseTrigger),
         (ShippedFastPath.label, ShippedFastPath),
-    ] + ([(ReleaseIdleDemand.label, ReleaseIdleDemand)] if release_idle else [])
+    ] + ([(ReleaseIdleDemand.label, ReleaseIdleDemand)] if release_idle else []) + \
+        (demand_gated.policies(options) if options is not None else [])
 
 
 def spread(values, form='%d'):
@@ -830,9 +843,13 @@ def main(argv=None):
     parser.add_argument('--dra-seconds', type=float, default=DRA_SECONDS, help='DRA: binding to running (default %(default)s)')
     parser.add_argument('--release-idle', action='store_true', help="also replay (e+r) with mig_demand_policy {release_idle: true}")
     parser.add_argument('--nos-seconds', type=float, default=NOS_SECONDS, help='nos: batch closed to devices schedulable (default %(default)s)')
+    import demand_gated
+    demand_gated.add_arguments(parser)
     options = parser.parse_args(argv)
     if options.gpus < 1 or options.hours <= 0 or options.load <= 0 or options.patience < 0 or options.burst < 0 or options.seeds < 1:
         parser.error('--seeds, --gpus, --hours and --load must be positive, --patience and --burst not negative')
+    if options.release_after < 0 or options.destroy_after < 0 or options.gated_restart < 0:
+        parser.error('--release-after, --destroy-after and --gated-restart must not be negative')
     if options.run_seconds < READ_SECONDS:
         parser.error('--run-seconds must be at least the %g s a run takes to read the pods and GPUs' % READ_SECONDS)
     started = time.perf_counter()
@@ -851,22 +868,26 @@ def main(argv=None):
           'then the plugin %g and the kubelet\'s status within %g (default period), the run ends after %g'
           % (options.run_seconds, READ_SECONDS, QUIET_SECONDS, MAX_DELAY_SECONDS, options.dra_seconds, options.nos_seconds,
              FAST_QUIET_SECONDS, FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, NODE_STATUS_SECONDS, FAST_RUN_SECONDS))
-    results = dict((label, []) for label, dummy in policies(layouts, options.release_idle))
+    print("Gated (s): decided %g after a pod is seen, a serve's gate removed %g later, a create as the fast path's; released "
+          "after %g, an idle instance destroyed %s after its pod ended, the source restarted every %g h"
+          % (FAST_QUIET_SECONDS, FAST_PLUGIN_SECONDS, options.release_after, '%g' % options.destroy_after,
+             options.gated_restart))
+    results = dict((label, []) for label, dummy in policies(layouts, options.release_idle, options))
     for seed in seeds:
         requests = request_stream(seed, options.hours, options.load, options.burst, shapes, fleet_slices)
-        for label, factory in policies(layouts, options.release_idle):
+        for label, factory in policies(layouts, options.release_idle, options):
             results[label].append(figures(factory(requests, options, seed).run()))
     static = results[StaticLayout.label]
     dra = results[DraDynamicMig.label]
     print('Per seed, requests placed (requests: %s):' % ', '.join(str(f['requests']) for f in static))
-    for label, dummy in policies(layouts, options.release_idle):
+    for label, dummy in policies(layouts, options.release_idle, options):
         print('  %-32s %s' % (label, '  '.join('%5d' % f['placed'] for f in results[label])))
     columns = ('policy (min/median/max over seeds)', 'placed', 'vs static', 'vs DRA', 'p95 pending min', 'reconfig',
                'cordons', 'runs', 'evicted', 'stranded slice-h', 'lost with room')
     header = '%-34s %14s %17s %14s %16s %16s %14s %14s %7s %17s %15s' % columns
     print(header)
     print('-' * len(header))
-    for label, dummy in policies(layouts, options.release_idle):
+    for label, dummy in policies(layouts, options.release_idle, options):
         mine = results[label]
         print('%-34s %14s %17s %14s %16s %16s %14s %14s %7d %17s %15s' % (
             label, spread([f['placed'] for f in mine]),
@@ -882,6 +903,11 @@ def main(argv=None):
         met = gain >= 0.10 and lead >= 0 and not any(f['evicted'] for f in mine)
         print('Goal for %s: >= +10 %% placed over static and >= DRA, seeds\' median, 0 evictions: %+.1f %%, %+g vs DRA, %d evicted: %s'
               % (label, 100 * gain, lead, max(f['evicted'] for f in mine), 'met' if met else 'NOT met'))
+    print('Served (slice-hours: memory slices times hours held, to the replay\'s end; per size class: pods placed):')
+    gated = [label for label, dummy in demand_gated.policies(options)]
+    demand_gated.print_served([StaticLayout.label, DraDynamicMig.label, ShippedFastPath.label] + gated, results, spread)
+    for label in gated:
+        demand_gated.goal(label, results)
     print('run time %.1f s wall, %.1f s CPU (one core)' % (time.perf_counter() - started, time.process_time() - cpu_started))
     return 0
 
