@@ -195,10 +195,11 @@ class LookupModule(LookupBase):
         if module not in MODULE_OPTIONS:
             raise AnsibleLookupError('mig_layout_module_options: module must be one of %s, not %r' % (', '.join(MODULE_OPTIONS), module))
         variables = variables or {}
+        # A problem is any module's: every variable the lookup reads.
+        names = set(name for each in MODULE_OPTIONS for name in variable_names(each)) if problem else variable_names(module)
+        values = dict((name, self._templar.template(variables[name])) for name in names if name in variables)
         if problem:
-            return [settings_problem(dict((name, self._templar.template(variables[name])) for name in
-                                          set(name for each in MODULE_OPTIONS for name in variable_names(each)) if name in variables))]
-        values = dict((name, self._templar.template(variables[name])) for name in variable_names(module) if name in variables)
+            return [settings_problem(values)]
 
         def warn(message, removed_in):
             DEPRECATION_LINES[removed_in](message)

@@ -6,8 +6,8 @@
 
 """Gated MIG pods decided one at a time, in kube-scheduler's queue order, each given its own instance.
 
-Pure Python: no NVML, no Ansible imports. A pod held back by the scheduling gate ``gpufleet.mig/slice`` is not
-seen by kube-scheduler; :class:`GatedQueue` decides for it, against the fleet as it is plus its own decisions
+Pure Python: no NVML, no Ansible imports. A pod held back by the scheduling gate ``gpufleet.mig/slice``
+(k8s/_slice_gate.SLICE_GATE) is not seen by kube-scheduler; :class:`GatedQueue` decides for it, against the fleet as it is plus its own decisions
 still under way, in the order kube-scheduler's PrioritySort queue would take the pods (priority descending,
 then creation time, then namespace/name). Per pod, the first of these that a node the pod may use offers
 (_node_fit's filters; among equals the most allocated node, as NodeResourcesFit's MostAllocated scores it, or the
@@ -45,7 +45,6 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometr
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeRoom, PodPlacementRules, refusal
 
-GATE = 'gpufleet.mig/slice'
 SERVE, CREATE, RESHAPE, RELEASE, DESTROY = 'serve', 'create', 'reshape', 'release', 'destroy'
 QUEUE, SMALLEST_FIRST = 'queue', 'smallest-first'
 PACK, SPREAD = 'pack', 'spread'
