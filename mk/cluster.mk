@@ -23,7 +23,7 @@ cluster-units: bootstrap ## the cluster roles' manifests rendered offline and th
 
 # The EDA check (molecule/cluster/tasks/eda_demand.yml) runs the real ansible-rulebook of .venv-eda (mk/eda.mk's eda-venv).
 cluster-test: bootstrap cluster-build eda-venv ## Molecule scenario cluster: a real control plane and node (root)
-	$(PYTEST) tests/cluster/test_helper.py tests/cluster/test_eda_timeline.py
+	$(PYTEST) tests/cluster/test_helper.py tests/cluster/test_eda_timeline.py tests/cluster/test_node_sh.py
 	$(CLUSTER_ENV) $(BIN)/molecule test -s cluster
 
 cluster-up: bootstrap cluster-build ## a cluster to poke at (then: source .state/cluster/env)

@@ -306,6 +306,28 @@ make_bridge() {
 
 bridge_alias() { ip -o link show dev "$bridge" 2>/dev/null | sed -n 's/.*\\ *alias \(.*\)$/\1/p'; }
 
+node_supervisor_running() { # a node.sh supervisor runs, from any state directory
+    local dir
+    for dir in /proc/[0-9]*; do
+        [[ "$(tr '\0' ' ' 2>/dev/null <"$dir/cmdline")" == *"node.sh _supervise"* ]] && return 0
+    done
+    return 1
+}
+
+# The bridge's name and the pod CIDR are fixed, so a bridge left by a node that died without `stop` (its test run
+# killed) would keep every later node from starting. One is reclaimed when node.sh made it (its alias is a node
+# token) and no node.sh supervisor runs anywhere; any other link of that name is refused.
+reclaim_dead_bridge() {
+    ip link show dev "$bridge" >/dev/null 2>&1 || return 0
+    local alias
+    alias=$(bridge_alias)
+    if [[ "$alias" != gpufleet-mig-node-* ]] || node_supervisor_running; then
+        die "link $bridge exists but was not created from $node; refusing to touch it"
+    fi
+    ip link del dev "$bridge"
+    log "deleted bridge $bridge, left by node $alias, which no longer runs"
+}
+
 # --- supervisor: runs detached (setsid) in its own mount namespace -------------------------------
 
 supervise() {
@@ -562,9 +584,7 @@ cmd_start() {
         log "cleaning up an earlier node of $node first"
         cmd_stop
     fi
-    if ip link show dev "$bridge" >/dev/null 2>&1; then
-        die "link $bridge exists but was not created from $node; refusing to touch it"
-    fi
+    reclaim_dead_bridge
     # A Node of that name: a fake one (refuse), or one an earlier node.sh left behind (replace).
     local existing
     existing=$(kubectl_ get nodes --field-selector "metadata.name=$name" \
@@ -810,6 +830,9 @@ plugin_hup() {
     plugin_alive || die "the device plugin is not running"
     kill -HUP "$(cat "$node/device-plugin.pid")"
 }
+
+# Sourced (tests/cluster/test_node_sh.py): the functions only.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
 case "${1:-}" in
     start) cmd_start ;;
