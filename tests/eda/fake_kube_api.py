@@ -58,6 +58,7 @@ class FakeKubeAPI(object):
         self.compacted = 0
         self.epoch = 0            # compactions so far: a watch opened before one ends with 410
         self.pods = {}            # key -> pod (latest)
+        self.nodes = {}           # name -> Node: listed as they are; a watch of the Nodes tells nothing
         self.changes = []         # (version, pod before, pod after or None when deleted)
         self.requests = []        # the query of every request
         self.paths = []           # and its path
@@ -86,6 +87,12 @@ class FakeKubeAPI(object):
         self.server.server_close()
 
     # ---- driven by the test ----
+    def put_node(self, node):
+        """A Node the next list of the Nodes returns."""
+        with self.cond:
+            self.version += 1
+            self.nodes[node['metadata']['name']] = copy.deepcopy(node)
+
     def put(self, pod):
         """Create or replace a pod (ADDED or MODIFIED)."""
         with self.cond:
@@ -208,6 +215,8 @@ class FakeKubeAPI(object):
                     return self._send_json(status, _status(status, REASONS.get(status, 'Failure'), 'injected'), headers)
                 if self.headers.get('Authorization') != 'Bearer ' + api.token:
                     return self._send_json(401, _status(401, 'Unauthorized', 'Unauthorized'))
+                if parsed.path == '/api/v1/nodes':
+                    return self._nodes(query.get('watch') in ('1', 'true'), float(query.get('timeoutSeconds') or 60))
                 if parsed.path != '/api/v1/pods':
                     return self._send_json(404, _status(404, 'NotFound', 'the server could not find the requested resource'))
                 selector = query.get('fieldSelector')
@@ -237,6 +246,22 @@ class FakeKubeAPI(object):
                     spec['affinity'] = change['affinity']
                 api.put(pod)
                 return self._send_json(200, api.pods[key])
+
+            def _nodes(self, watch, timeout):
+                with api.cond:
+                    items, version = [api.nodes[n] for n in sorted(api.nodes)], str(api.version)
+                if not watch:
+                    return self._send_json(200, {'kind': 'NodeList', 'items': items, 'metadata': {'resourceVersion': version}})
+                api.answers.append(200)
+                self.send_response(200)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Transfer-Encoding', 'chunked')
+                self.end_headers()
+                time.sleep(min(timeout, 2.0))
+                try:
+                    self.wfile.write(b'0\r\n\r\n')
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _watch(self, since, selector, timeout):
                 api.answers.append(200)

@@ -187,3 +187,18 @@ def release_patch(pod, node=None):
                  for term in required.get('nodeSelectorTerms') or []] or [{'matchFields': [pinned]}]
         patch['spec']['affinity'] = {'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {'nodeSelectorTerms': terms}}}
     return patch
+
+
+def pinned_node(pod):
+    """The node :func:`release_patch` narrowed ``pod``'s affinity to: the one name that every term of its required node
+    affinity matches by ``metadata.name In [node]``; None when the terms name no single node."""
+    required = ((((pod.get('spec') or {}).get('affinity') or {}).get('nodeAffinity') or {})
+                .get('requiredDuringSchedulingIgnoredDuringExecution') or {})
+    names = set()
+    for term in required.get('nodeSelectorTerms') or []:
+        values = [tuple(f.get('values') or ()) for f in term.get('matchFields') or []
+                  if f.get('key') == 'metadata.name' and f.get('operator') == 'In']
+        if len(values) != 1 or len(values[0]) != 1:
+            return None
+        names.add(values[0][0])
+    return names.pop() if len(names) == 1 else None

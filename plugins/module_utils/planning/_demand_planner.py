@@ -56,7 +56,8 @@ import hashlib
 import json
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DISRUPTION_ORDER, DemandPlanError, _cluster, _pending_pod, _policy
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_placement import _CREATE, _DESTROY_IDLE, _EVICT, _floor_allows, _gpus_of, _try_node
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_placement import (
+    _CREATE, _DESTROY_IDLE, _EVICT, _Gpu, _Instance, _floor_allows, _gpus_of, _try_node)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import slice_mask
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NOT_A_NODE_REFUSAL, refusal
 
@@ -219,6 +220,19 @@ def generated_layout(node_gpus):
     digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode('utf-8')).hexdigest()[:12]
     name = LAYOUT_PREFIX + digest
     return {'name': name, 'config': {name: entries}}
+
+
+def layout_with_creates(node, gpus, creates):
+    """:func:`generated_layout` of a node whose GPUs ``gpus`` (its annotation's, or nvidia_mig facts) gain the instances
+    ``creates`` ((GPU index, profile, start) each): the layout a create-only run applies for decisions taken elsewhere
+    (the event source's gated queue), named as the planner names its own."""
+    node_gpus = [_Gpu(node, gpu, False, None) for gpu in gpus]
+    for index, profile, start in creates:
+        gpu = next((g for g in node_gpus if g.index == index), None)
+        if gpu is None:
+            raise DemandPlanError('node %s has no GPU %s to create %s on' % (node, index, profile))
+        gpu.instances.append(_Instance(None, profile, start, new=True))
+    return generated_layout(node_gpus)
 
 
 def _report(gpus, before, pods, waiting, served, evicted, settings, refused):

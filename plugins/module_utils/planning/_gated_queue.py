@@ -60,12 +60,14 @@ class GatedOptions:
     destroyed; None keeps it until another profile needs its slices (a reshape). ``order``: ``queue``
     (kube-scheduler's) or ``smallest-first`` (fewest slices first, then the queue's order). ``placement``: the node
     among those that can serve, ``pack`` (the most allocated first, as kube-scheduler's MostAllocated scores) or
-    ``spread`` (the least allocated first, its default LeastAllocated)."""
+    ``spread`` (the least allocated first, its default LeastAllocated). ``reshape``: False never decides a reshape (a
+    pod that needs idle instances destroyed waits with that reason, and is released after ``release_after``)."""
 
     release_after: float = 1800.0
     destroy_after: Optional[float] = 2.0
     order: str = QUEUE
     placement: str = PACK
+    reshape: bool = True
 
     def problem(self):
         """Why these options cannot run, in one line; None when they can."""
@@ -78,6 +80,8 @@ class GatedOptions:
             return 'order must be %s or %s: got %r' % (QUEUE, SMALLEST_FIRST, self.order)
         if self.placement not in (PACK, SPREAD):
             return 'placement must be %s or %s: got %r' % (PACK, SPREAD, self.placement)
+        if not isinstance(self.reshape, bool):
+            return 'reshape must be true or false: got %r' % (self.reshape,)
         return None
 
 
@@ -319,6 +323,9 @@ class GatedQueue(object):
             key = (0, shares[gpu.node], gpu.node, gpu.index, start)
             if start is not None and (best is None or key < best[0]):
                 best = (key, gpu, start, ())
+        if best is None and not self.options.reshape:
+            return None, '%s: no idle instance and no free slices on the %d GPU(s) that offer it (a reshape, which ' \
+                'would destroy idle instances of other profiles, is off)' % (pod.profile, len(offering))
         for gpu in offering if best is None else ():
             idle = [s for s in gpu.slots if s.idle and s.id is not None]
             for size in range(1, len(idle) + 1):   # the fewest instances, then the fewest slices destroyed

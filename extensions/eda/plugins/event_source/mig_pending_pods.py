@@ -33,6 +33,14 @@ Arguments:
   fast_quiet_period: seconds without a new waiting pod before the fast decision (default 0.5, at most quiet_period)
   fast_timeout: seconds after a fast event when its pods, still waiting, go to the full path (default 120)
   policy: the demand playbook's mig_demand_policy (a mapping, or its JSON), which the fast decision honours
+  gated: decide the pods that carry the slice gate gpufleet.mig/slice (the gpu_tenancy role's slice gate) one at a
+    time in kube-scheduler's queue order (default false; k8s/_gated_demand): each is pinned to a node where an idle
+    instance of its profile waits, or one is created for it in free slices (a mig_demand_create event, as the fast
+    path's), then its gate is removed; watches the Nodes too
+  gated_release_after: seconds after its creation when a gated pod nobody serves is released to kube-scheduler with
+    its reason logged (default 1800)
+  gated_order: queue (kube-scheduler's: priority, then creation) or smallest-first (default queue)
+  gated_placement: pack (the most allocated node first) or spread (default pack)
 
 The bearer token is sent in the Authorization header only: never logged, never on a command line.
 
@@ -75,7 +83,6 @@ import asyncio
 import json
 import logging
 import os
-import ssl
 import sys
 import time
 
@@ -83,9 +90,12 @@ import time
 # create-only fast path; k8s/_api_watch: what the API server's answers mean; k8s/_slice_gate: the gate and the patch
 # that releases a gated pod); this file lists, watches, patches and puts the events on the queue.
 try:
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_connection import SourceError, find_connection
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_watch import (
         ApiRefusal, Expired, OversizedLine, Retry, WatchLines, refusal, retry_after_seconds, watch_error)
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import FAST_EVENT_KEY, FastPath
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import (
+        PIN, SOURCE_OPTIONS, GatedDemand, GatedOptions)
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_demand import EVENT_KEY, PendingDemand
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import release_patch
@@ -94,9 +104,12 @@ except ImportError:
     # module_utils are importable once the folder holding ansible_collections/ is on the path (this file is
     # ansible_collections/gpufleet/mig/extensions/eda/plugins/event_source/mig_pending_pods.py).
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 7)))
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_connection import SourceError, find_connection
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._api_watch import (
         ApiRefusal, Expired, OversizedLine, Retry, WatchLines, refusal, retry_after_seconds, watch_error)
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import FAST_EVENT_KEY, FastPath
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import (
+        PIN, SOURCE_OPTIONS, GatedDemand, GatedOptions)
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_demand import EVENT_KEY, PendingDemand
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import release_patch
@@ -104,17 +117,12 @@ except ImportError:
 LOG = logging.getLogger(__name__)
 
 DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0,
-            'fast_quiet_period': 0.5, 'fast_timeout': 120.0}
-SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
+            'fast_quiet_period': 0.5, 'fast_timeout': 120.0, 'gated_release_after': 1800.0}
 # The pods not finished: waiting ones and those holding devices. A pod that ends (Succeeded, Failed) leaves the
 # selection and comes as DELETED, as a deleted one does (the apiserver's cacher, cache_watcher.go).
 FIELD_SELECTOR = 'status.phase!=Succeeded,status.phase!=Failed'
 # Pages of a list: client-go's pager asks for 500 objects a page (tools/pager/pager.go, defaultPageSize).
 PAGE_SIZE = 500
-
-
-class SourceError(Exception):
-    """A setting or an answer of the API server this source cannot work with (one line, no secret in it)."""
 
 
 # ---- settings -------------------------------------------------------------------------------------------------
@@ -135,12 +143,18 @@ def settings(args):
         raise SourceError('max_delay (%s) must be at least quiet_period (%s)' % (result['max_delay'], result['quiet_period']))
     result['watch_timeout'] = int(result['watch_timeout'])
     result['namespace'] = args.get('namespace') or None
-    fast = args.get('fast', False)
-    if isinstance(fast, str):
-        if fast.strip().lower() not in ('true', 'false', 'yes', 'no', ''):
-            raise SourceError('fast must be true or false, got %r' % fast)
-        fast = fast.strip().lower() in ('true', 'yes')
-    result['fast'] = bool(fast)
+    for name in ('fast', 'gated'):
+        value = args.get(name, False)
+        if isinstance(value, str):
+            if value.strip().lower() not in ('true', 'false', 'yes', 'no', ''):
+                raise SourceError('%s must be true or false, got %r' % (name, value))
+            value = value.strip().lower() in ('true', 'yes')
+        result[name] = bool(value)
+    result['gated_options'] = GatedOptions(release_after=result['gated_release_after'], order=args.get('gated_order') or 'queue',
+                                           placement=args.get('gated_placement') or 'pack', **SOURCE_OPTIONS)
+    problem = result['gated_options'].problem()
+    if problem:
+        raise SourceError('gated_' + problem)
     if result['fast'] and result['fast_quiet_period'] > result['quiet_period']:
         raise SourceError('fast_quiet_period (%s) must be at most quiet_period (%s): the fast path decides before the full '
                           'path is told' % (result['fast_quiet_period'], result['quiet_period']))
@@ -163,119 +177,6 @@ def pods_path(namespace):
 
 
 NODES_PATH = '/api/v1/nodes'
-
-
-# ---- where the API server is --------------------------------------------------------------------------------
-
-class Connection(object):
-    """The API server's address, its TLS settings, and the Authorization header of the next request.
-
-    ``authorization`` is called before each request: a kubeconfig's exec or auth-provider credential is
-    refreshed there when it expired (the kubernetes client's refresh hook), a service account token re-read."""
-
-    def __init__(self, server, authorization=None, ca_file=None, cert_file=None, key_file=None, insecure=False,
-                 tls_server_name=None, proxy=None):
-        self.server = server.rstrip('/')
-        self.authorization = authorization or (lambda: None)
-        self.ca_file = ca_file
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.insecure = insecure
-        self.tls_server_name = tls_server_name
-        self.proxy = proxy
-        self._ssl = None
-
-    def headers(self):
-        value = self.authorization()
-        return {'Authorization': value} if value else {}
-
-    def ssl_context(self):
-        """The TLS context of https servers (built once), None for plain http."""
-        if not self.server.startswith('https:'):
-            return None
-        if self._ssl is None:
-            context = ssl.create_default_context(cafile=self.ca_file)
-            if self.insecure:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            if self.cert_file:
-                context.load_cert_chain(self.cert_file, self.key_file)
-            self._ssl = context
-        return self._ssl
-
-    def request_options(self):
-        """aiohttp's per-request options beyond the URL: TLS context, the name to verify, the proxy."""
-        options = {'ssl': self.ssl_context()}
-        if self.tls_server_name:
-            options['server_hostname'] = self.tls_server_name
-        if self.proxy:
-            options['proxy'] = self.proxy
-        return options
-
-
-def connection_from_kubeconfig(path, context_name=None):
-    """A Connection from a kubeconfig file as the kubernetes Python client reads it (kubernetes-client/python
-    kubernetes/config/kube_config.py, KubeConfigLoader: auth-provider (gcp, oidc), token and tokenFile, exec
-    plugins (client.authentication.k8s.io ExecCredential: token or client certificate, re-run once its
-    expirationTimestamp passed), username/password; certificate data written to private temporary files). The
-    kubeconfig is not written back (persist_config=False)."""
-    try:
-        from kubernetes import client as k8s_client
-        from kubernetes import config as k8s_config
-    except ImportError:
-        raise SourceError('reading kubeconfig %s needs the Python package kubernetes in the environment of '
-                          'ansible-rulebook (pip install kubernetes); without a kubeconfig the source uses the pod\'s '
-                          'service account' % path)
-    configuration = k8s_client.Configuration()
-    configuration.host = ''  # not the client's default (http://localhost): a kubeconfig without a server is refused
-    try:
-        k8s_config.load_kube_config(config_file=path, context=context_name, client_configuration=configuration,
-                                    persist_config=False)
-    except (k8s_config.ConfigException, EnvironmentError, ValueError, KeyError, TypeError) as exc:
-        raise SourceError('kubeconfig %s: %s' % (path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
-    if not configuration.host:
-        raise SourceError('kubeconfig %s names no server for context %s' % (path, context_name or 'current-context'))
-
-    def authorization():
-        # The loader keeps "Bearer <token>" (or "Basic ...") under BearerToken; asking for it runs its refresh hook.
-        # It keeps a tokenFile's final newline, which kubectl strips (client-go rest.Config's BearerTokenFile).
-        value = configuration.get_api_key_with_prefix('BearerToken', alias='authorization')
-        return value.strip() if value else None
-
-    return Connection(configuration.host, authorization, ca_file=configuration.ssl_ca_cert,
-                      cert_file=configuration.cert_file, key_file=configuration.key_file,
-                      insecure=not configuration.verify_ssl, tls_server_name=getattr(configuration, 'tls_server_name', None),
-                      proxy=configuration.proxy)
-
-
-def connection_in_cluster(environ, account_dir=SERVICE_ACCOUNT_DIR):
-    """The in-cluster connection (Kubernetes docs "Accessing the Kubernetes API from a Pod"), or None outside."""
-    host, port = environ.get('KUBERNETES_SERVICE_HOST'), environ.get('KUBERNETES_SERVICE_PORT', '443')
-    token_file = os.path.join(account_dir, 'token')
-    if not host or not os.path.exists(token_file):
-        return None
-    host = '[%s]' % host if ':' in host else host
-
-    def authorization():
-        # Re-read on every request: projected service account tokens are rotated by the kubelet.
-        with open(token_file) as handle:
-            return 'Bearer ' + handle.read().strip()
-
-    return Connection('https://%s:%s' % (host, port), authorization, ca_file=os.path.join(account_dir, 'ca.crt'))
-
-
-def find_connection(args, environ):
-    """The connection the arguments name: a kubeconfig (argument, $KUBECONFIG, ~/.kube/config), else in-cluster."""
-    explicit = args.get('kubeconfig') or (environ.get('KUBECONFIG') or '').split(os.pathsep)[0]
-    candidate = explicit or os.path.join(os.path.expanduser('~'), '.kube', 'config')
-    if os.path.exists(candidate):
-        return connection_from_kubeconfig(candidate, args.get('context') or None)
-    if explicit:
-        raise SourceError('kubeconfig %s does not exist' % explicit)
-    conn = connection_in_cluster(environ)
-    if conn is None:
-        raise SourceError('no kubeconfig (argument kubeconfig, $KUBECONFIG, ~/.kube/config) and not in a pod')
-    return conn
 
 
 # ---- the list and the watch (I/O) --------------------------------------------------------------------------
@@ -362,6 +263,68 @@ async def release_gated_pod(session, conn, pod, node=None):
                              **conn.request_options()) as response:
         _check(response, time.time())
         return await response.json(content_type=None)
+
+
+class Watched(object):
+    """What the watches see, told to the pending demand and, with ``gated``, to the gated queue (on wall-clock time,
+    the pods' creation times being wall-clock), whose task ``wake_gated`` wakes."""
+
+    def __init__(self, demand, gated=None, wake_gated=None):
+        self.demand, self.gated, self.wake_gated = demand, gated, wake_gated
+
+    def _woken(self):
+        if self.gated is not None:
+            self.wake_gated.set()
+        return self.gated
+
+    def update(self, pod, now, deleted=False):
+        self.demand.update(pod, now, deleted)
+        if self._woken():
+            self.gated.update_pod(pod, deleted)
+
+    def update_node(self, node, now, deleted=False):
+        self.demand.update_node(node, now, deleted)
+        if self._woken():
+            self.gated.update_node(node, time.time(), deleted)
+
+    def replace_all(self, pods, now):
+        self.demand.replace_all(pods, now)
+        if self._woken():
+            self.gated.replace_pods(pods)
+
+    def replace_nodes(self, nodes, now):
+        self.demand.replace_nodes(nodes, now)
+        if self._woken():
+            self.gated.replace_nodes(nodes, time.time())
+
+
+async def _drive_gated(queue, gated, wake, session, conn):
+    """The gated queue's actions when due: pods pinned to a node or released by a patch, create runs put on the queue.
+    A patch that fails is logged and its pod decided again at the next change."""
+    import aiohttp  # a dependency of ansible-rulebook, where this source runs
+
+    while True:
+        try:
+            await asyncio.wait_for(wake.wait(), timeout=gated.seconds_until_due(time.time()))
+        except asyncio.TimeoutError:
+            pass
+        wake.clear()
+        for action in gated.take_actions(time.time()):
+            if 'event' in action:
+                change = action['event'][FAST_EVENT_KEY]
+                LOG.info('mig_pending_pods: gated create %s on node %s: %s for %s', change['run'], change['node'],
+                         json.dumps(change['gpus'], sort_keys=True), ', '.join(change['pods']))
+                await queue.put(action['event'])
+                continue
+            node = action['node'] if action['action'] == PIN else None
+            try:
+                await release_gated_pod(session, conn, gated.pods[action['pod']], node)
+            except (ApiRefusal, aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+                LOG.warning('mig_pending_pods: cannot take the slice gate off %s (%s)', action['pod'], str(exc)[:200])
+                gated.pinned.pop(action['pod'], None)
+                continue
+            LOG.info('mig_pending_pods: %s', 'pinned %s to node %s' % (action['pod'], node) if node else
+                     'released %s to kube-scheduler: %s' % (action['pod'], action['reason']))
 
 
 async def _tell(queue, demand, wake):
@@ -451,13 +414,17 @@ async def main(queue, args):
     conn = find_connection(args, os.environ)
     fast = FastPath(config['fast_quiet_period'], config['fast_timeout'], config['policy']) if config['fast'] else None
     demand = PendingDemand(config['quiet_period'], config['max_delay'], fast)
-    wake = asyncio.Event()
+    gated = GatedDemand(config['gated_options'], config['fast_timeout']) if config['gated'] else None
+    wake, wake_gated = asyncio.Event(), asyncio.Event()
+    watched = Watched(demand, gated, wake_gated)
     tasks = [asyncio.ensure_future(_tell(queue, demand, wake))]
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=config['watch_timeout'] + 30)) as session:
-            tasks.append(asyncio.ensure_future(_list_and_watch(session, conn, args, config, demand, wake)))
-            if fast is not None:
-                tasks.append(asyncio.ensure_future(_list_and_watch(session, conn, args, config, demand, wake, nodes=True)))
+            tasks.append(asyncio.ensure_future(_list_and_watch(session, conn, args, config, watched, wake)))
+            if fast is not None or gated is not None:
+                tasks.append(asyncio.ensure_future(_list_and_watch(session, conn, args, config, watched, wake, nodes=True)))
+            if gated is not None:
+                tasks.append(asyncio.ensure_future(_drive_gated(queue, gated, wake_gated, session, conn)))
             done, dummy = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()

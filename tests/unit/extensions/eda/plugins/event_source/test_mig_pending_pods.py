@@ -21,6 +21,7 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.mig.extensions.eda.plugins.event_source import mig_pending_pods as source
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _api_connection as api_connection
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s import _api_watch as api_watch
 from ansible_collections.gpufleet.mig.tests.eda.fake_kube_api import FakeKubeAPI
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.pods import pod, running
@@ -29,8 +30,13 @@ from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.pods impor
 # ---- settings and where the API server is -----------------------------------------------------------------
 
 def test_settings_defaults_and_bad_values():
+    from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import GatedOptions
     assert source.settings({}) == {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0,
-                                   'namespace': None, 'fast': False, 'fast_quiet_period': 0.5, 'fast_timeout': 120.0, 'policy': {}}
+                                   'namespace': None, 'fast': False, 'fast_quiet_period': 0.5, 'fast_timeout': 120.0, 'policy': {},
+                                   'gated': False, 'gated_release_after': 1800.0,
+                                   'gated_options': GatedOptions(release_after=1800.0, destroy_after=None, reshape=False)}
+    gated = source.settings({'gated': 'yes', 'gated_release_after': '60', 'gated_order': 'smallest-first', 'gated_placement': 'spread'})
+    assert gated['gated'] and gated['gated_options'] == GatedOptions(60.0, None, 'smallest-first', 'spread', False)
     assert source.settings({'quiet_period': '2', 'namespace': 'ml', 'retry_max': ''})['quiet_period'] == 2.0
     for bad, words in (({'quiet_period': 'soon'}, 'quiet_period must be a number'),
                        ({'max_delay': 0}, 'max_delay must be more than 0'),
@@ -38,6 +44,10 @@ def test_settings_defaults_and_bad_values():
                        ({'quiet_period': 30, 'max_delay': 10}, 'max_delay (10.0) must be at least quiet_period'),
                        ({'fast': 'true', 'quiet_period': 2, 'fast_quiet_period': 3}, 'fast_quiet_period (3.0) must be at most quiet_period'),
                        ({'fast': 'maybe'}, 'fast must be true or false'),
+                       ({'gated': 'maybe'}, 'gated must be true or false'),
+                       ({'gated_release_after': 0}, 'gated_release_after must be more than 0'),
+                       ({'gated_order': 'random'}, "gated_order must be queue or smallest-first: got 'random'"),
+                       ({'gated_placement': 'far'}, "gated_placement must be pack or spread: got 'far'"),
                        ({'policy': '[1]'}, 'policy must be a mapping')):
         with pytest.raises(source.SourceError, match=words.replace('(', r'\(').replace(')', r'\)')):
             source.settings(bad)
@@ -59,7 +69,7 @@ def kubeconfig(tmp_path, user, server='https://api:6443/', cluster=None, name='c
 
 
 def test_a_token_kubeconfig_gives_server_and_bearer_header(tmp_path):
-    conn = source.connection_from_kubeconfig(kubeconfig(tmp_path, {'token': 'secret-token'}))
+    conn = api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, {'token': 'secret-token'}))
     assert conn.server == 'https://api:6443'
     assert conn.headers() == {'Authorization': 'Bearer secret-token'}
     assert not conn.insecure
@@ -67,7 +77,7 @@ def test_a_token_kubeconfig_gives_server_and_bearer_header(tmp_path):
 
 def test_relative_token_files_are_relative_to_the_kubeconfig(tmp_path):
     (tmp_path / 'token').write_text('from-file\n')
-    conn = source.connection_from_kubeconfig(kubeconfig(tmp_path, {'tokenFile': 'token'}, server='http://127.0.0.1:1'))
+    conn = api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, {'tokenFile': 'token'}, server='http://127.0.0.1:1'))
     assert conn.headers() == {'Authorization': 'Bearer from-file'}
 
 
@@ -90,14 +100,14 @@ def exec_user(tmp_path, expires):
 
 
 def test_an_exec_plugin_kubeconfig_gets_its_token_from_the_plugin_and_runs_it_again_once_expired(tmp_path):
-    conn = source.connection_from_kubeconfig(kubeconfig(tmp_path, exec_user(tmp_path, '2000-01-01T00:00:00Z')))
+    conn = api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, exec_user(tmp_path, '2000-01-01T00:00:00Z')))
     # Expired: the kubernetes client's refresh hook runs the plugin again before each request (once at load too).
     assert conn.headers() == {'Authorization': 'Bearer exec-token-2'}
     assert conn.headers() == {'Authorization': 'Bearer exec-token-3'}
 
 
 def test_an_exec_token_still_valid_is_reused(tmp_path):
-    conn = source.connection_from_kubeconfig(kubeconfig(tmp_path, exec_user(tmp_path, '2999-01-01T00:00:00Z')))
+    conn = api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, exec_user(tmp_path, '2999-01-01T00:00:00Z')))
     assert conn.headers() == conn.headers() == {'Authorization': 'Bearer exec-token-1'}
 
 
@@ -108,14 +118,14 @@ def test_an_oidc_auth_provider_kubeconfig_sends_its_id_token(tmp_path):
     id_token = 'e30.%s.sig' % part
     user = {'auth-provider': {'name': 'oidc', 'config': {'id-token': id_token, 'idp-issuer-url': 'https://issuer',
                                                          'client-id': 'k8s'}}}
-    conn = source.connection_from_kubeconfig(kubeconfig(tmp_path, user))
+    conn = api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, user))
     assert conn.headers() == {'Authorization': 'Bearer ' + id_token}
 
 
 def test_client_certificate_data_goes_to_private_files_and_insecure_is_read(tmp_path):
     import base64
     user = {'client-certificate-data': base64.b64encode(b'CERT').decode(), 'client-key-data': base64.b64encode(b'KEY').decode()}
-    conn = source.connection_from_kubeconfig(kubeconfig(tmp_path, user, cluster={'insecure-skip-tls-verify': True,
+    conn = api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, user, cluster={'insecure-skip-tls-verify': True,
                                                                                  'tls-server-name': 'kubernetes'}))
     assert open(conn.cert_file, 'rb').read() == b'CERT' and open(conn.key_file, 'rb').read() == b'KEY'
     assert stat.S_IMODE(os.stat(conn.key_file).st_mode) == 0o600
@@ -128,20 +138,20 @@ def test_client_certificate_data_goes_to_private_files_and_insecure_is_read(tmp_
 ])
 def test_kubeconfig_problems_are_one_line_without_the_token(tmp_path, context, words):
     with pytest.raises(source.SourceError, match=words) as failure:
-        source.connection_from_kubeconfig(kubeconfig(tmp_path, {'token': 'secret-token'}), context)
+        api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, {'token': 'secret-token'}), context)
     assert 'secret-token' not in str(failure.value) and '\n' not in str(failure.value)
 
 
 def test_a_kubeconfig_without_the_kubernetes_package_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, 'kubernetes', None)
     with pytest.raises(source.SourceError, match='needs the Python package kubernetes'):
-        source.connection_from_kubeconfig(kubeconfig(tmp_path, {'token': 't'}))
+        api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, {'token': 't'}))
 
 
 def test_in_cluster_connection_only_inside_a_pod_and_its_token_read_at_each_request(tmp_path):
-    assert source.connection_in_cluster({}, str(tmp_path)) is None
+    assert api_connection.connection_in_cluster({}, str(tmp_path)) is None
     (tmp_path / 'token').write_text('sa')
-    conn = source.connection_in_cluster({'KUBERNETES_SERVICE_HOST': 'fd00::1', 'KUBERNETES_SERVICE_PORT': '443'}, str(tmp_path))
+    conn = api_connection.connection_in_cluster({'KUBERNETES_SERVICE_HOST': 'fd00::1', 'KUBERNETES_SERVICE_PORT': '443'}, str(tmp_path))
     assert conn.server == 'https://[fd00::1]:443' and conn.ca_file == str(tmp_path / 'ca.crt')
     assert conn.headers() == {'Authorization': 'Bearer sa'}
     (tmp_path / 'token').write_text('rotated')
@@ -150,22 +160,22 @@ def test_in_cluster_connection_only_inside_a_pod_and_its_token_read_at_each_requ
 
 def test_find_connection_prefers_the_named_kubeconfig_and_refuses_a_missing_one(tmp_path):
     with pytest.raises(source.SourceError, match='does not exist'):
-        source.find_connection({'kubeconfig': str(tmp_path / 'nope')}, {})
+        api_connection.find_connection({'kubeconfig': str(tmp_path / 'nope')}, {})
     path = kubeconfig(tmp_path, {'token': 't'}, server='http://127.0.0.1:9')
-    assert source.find_connection({}, {'KUBECONFIG': path}).server == 'http://127.0.0.1:9'
+    assert api_connection.find_connection({}, {'KUBECONFIG': path}).server == 'http://127.0.0.1:9'
 
 
 def test_request_options_name_the_tls_server_and_the_proxy_only_when_set():
-    assert source.Connection('http://a:1').request_options() == {'ssl': None}
-    options = source.Connection('http://a:1', tls_server_name='kubernetes', proxy='http://proxy:3128').request_options()
+    assert api_connection.Connection('http://a:1').request_options() == {'ssl': None}
+    options = api_connection.Connection('http://a:1', tls_server_name='kubernetes', proxy='http://proxy:3128').request_options()
     assert options == {'ssl': None, 'server_hostname': 'kubernetes', 'proxy': 'http://proxy:3128'}
 
 
 def test_plain_http_has_no_tls_context_and_https_verifies_unless_told_not_to():
-    assert source.Connection('http://127.0.0.1:1').ssl_context() is None
-    verified = source.Connection('https://api:6443').ssl_context()
+    assert api_connection.Connection('http://127.0.0.1:1').ssl_context() is None
+    verified = api_connection.Connection('https://api:6443').ssl_context()
     assert verified.check_hostname and verified.verify_mode == ssl.CERT_REQUIRED
-    insecure = source.Connection('https://api:6443', insecure=True).ssl_context()
+    insecure = api_connection.Connection('https://api:6443', insecure=True).ssl_context()
     assert not insecure.check_hostname and insecure.verify_mode == ssl.CERT_NONE
 
 
@@ -329,7 +339,7 @@ def test_a_pod_that_ends_on_a_gpu_node_re_plans_for_the_pods_still_waiting(api, 
 def release(api, tmp_path, subject, node):
     async def run():
         import aiohttp
-        conn = source.find_connection({'kubeconfig': kubeconfig(tmp_path, {'token': TOKEN}, server=api.url)}, {})
+        conn = api_connection.find_connection({'kubeconfig': kubeconfig(tmp_path, {'token': TOKEN}, server=api.url)}, {})
         async with aiohttp.ClientSession() as session:
             return await source.release_gated_pod(session, conn, subject, node)
     return asyncio.run(run())
@@ -364,7 +374,7 @@ def small(name='small', **extra):
 def test_the_source_watches_the_nodes_with_fast_and_tells_the_fast_event(api, tmp_path):
     api.put(small())
     run = Run(api, tmp_path, fast=True, fast_quiet_period=0.1)
-    # The fake serves pods only: the node list is refused (404) and retried; the pods path keeps telling.
+    # The fake lists no Node: nothing is fast; the pods path keeps telling.
     events = run([(nothing, lambda: run.events)])
     assert events[0]['mig_pending_pods']['new'] == ['team-a/small']
     assert '/api/v1/nodes' in api.paths
@@ -374,3 +384,19 @@ def test_the_source_watches_the_nodes_with_fast_and_tells_the_fast_event(api, tm
                                    "{'floor': {'n': {'1g.10gb': 1}}}"], ids=['mapping', 'json', 'python'])
 def test_the_policy_as_a_rulebook_renders_it(given):
     assert source.settings({'policy': given, 'fast': 'True'})['policy'] == {'floor': {'n': {'1g.10gb': 1}}}
+
+
+# ---- the gated queue, through the source -------------------------------------------------------------------
+
+def test_the_source_pins_a_gated_pod_to_the_node_where_an_idle_instance_waits(api, tmp_path, caplog):
+    from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_fast_path import gpu_node
+    from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_gated_demand import IDLE_1G, gated
+    caplog.set_level(logging.INFO)
+    api.put_node(gpu_node(instances=IDLE_1G))
+    api.put(gated('a'))
+    run = Run(api, tmp_path, gated=True)
+    run([(nothing, lambda: api.patches)])
+    path, dummy, body = api.patches[0]
+    assert path == '/api/v1/namespaces/team-a/pods/a' and body == source.release_patch(gated('a'), 'node-1')
+    assert 'pinned team-a/a to node node-1' in caplog.text
+    assert len(api.patches) == 1 and run.events == []   # a gated pod is no pending pod of the full path

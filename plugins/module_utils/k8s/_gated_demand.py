@@ -1,0 +1,259 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.mig contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private module utils of gpufleet.mig: the interface may change at any time.
+
+"""The gated queue of the event source gpufleet.mig.mig_pending_pods (argument ``gated``, docs/eda.md): what the
+source does for the pods that carry the slice gate (k8s/_slice_gate), decided by planning/_gated_queue.
+
+Every decision is taken again from what the source watches, so a restart, a missed event or a run that never
+answered leaves nothing behind: the GPU nodes (their annotation gpufleet.mig/gpus, the instances each holds as
+its pods bound there count them), the gated pods, the pods pinned to a node (their gate gone, their affinity
+narrowed, not bound yet: each reserves an idle instance of its profile there), and the create runs under way
+(their node is left alone until the run tells its outcome in gpufleet.mig/demand-create, or ``create_timeout``
+passes). What comes out are actions for the source:
+
+* ``pin`` (pod, node): an idle instance of its profile waits on that node (``serve``), or a create run made one:
+  the source removes the gate and narrows the pod's affinity to the node in one patch; kube-scheduler binds it.
+* ``release`` (pod, reason): nobody serves it and it waited ``release_after``: the gate goes, the pod is
+  kube-scheduler's, the reason is logged.
+* ``create``: a mig_demand_create event (the create-only run of the fast path, the same playbook and guard) for the
+  instances decided on one host; its pods are pinned once the run says ``created``.
+
+A pod this queue cannot decide (several MIG devices, a resource that is not a MIG profile) is released at once with
+that reason: the demand playbook's full path sees it as any pending pod. Decisions that destroy instances (a
+reshape, the release rule's destroys) are not taken here: the create-only run cannot run them.
+
+Pure Python, no Ansible imports, no I/O.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import calendar
+import json
+import logging
+import os
+import time
+
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import FAST_EVENT_KEY, slim_node, slim_pod
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key, pod_mig_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import has_gate, pinned_node
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
+    CREATE_ANNOTATION, GPUS_ANNOTATION, read_gpus_annotation, with_holders)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import layout_with_creates
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
+    CREATE, RELEASE, SERVE, GatedOptions, GatedPod, GatedQueue)
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeFitError, NodeRoom, PodPlacementRules
+
+LOG = logging.getLogger('mig_pending_pods')
+
+PIN, RELEASE_POD = 'pin', 'release'
+# What the source's gated queue leaves to the create-only run: no destroy (GatedOptions.reshape, destroy_after).
+SOURCE_OPTIONS = dict(destroy_after=None, reshape=False)
+
+
+def creation_seconds(pod):
+    """The pod's creationTimestamp in seconds since the epoch (0 when unreadable: first in the queue)."""
+    text = (pod.get('metadata') or {}).get('creationTimestamp') or ''
+    try:
+        return float(calendar.timegm(time.strptime(text, '%Y-%m-%dT%H:%M:%SZ')))
+    except ValueError:
+        return 0.0
+
+
+def gated_pod(pod):
+    """(GatedPod, None) for a pod the queue can decide (one device of one MIG profile), else (None, why not)."""
+    spec = pod.get('spec') or {}
+    wanted = pod_mig_resources(spec)
+    profiles = [profile_of_resource(name) for name in wanted]
+    if len(wanted) != 1 or sum(wanted.values()) != 1 or profiles[0] is None:
+        return None, 'asks for %s: the gated queue decides pods of one MIG device' % (
+            ', '.join('%s x%d' % (name, count) for name, count in sorted(wanted.items())) or 'no MIG device')
+    try:
+        rules = PodPlacementRules.of_pod(pod)
+    except NodeFitError as exc:
+        return None, str(exc)
+    created = creation_seconds(pod)
+    return GatedPod(pod_key(pod), profiles[0], int(spec.get('priority') or 0), created, created, rules), None
+
+
+class GatedDemand(object):
+    """The gated pods and GPU nodes the source watches, and its create runs under way (see the module's docstring)."""
+
+    def __init__(self, options=None, create_timeout=120.0, token=None):
+        self.options = options or GatedOptions(**SOURCE_OPTIONS)
+        problem = self.options.problem()
+        if problem:
+            raise DemandPlanError(problem)
+        self.create_timeout = float(create_timeout)
+        self.token = token or os.urandom(4).hex()
+        self.pods = {}       # key -> slim pod with its scheduling gates, every pod not finished
+        self.nodes = {}      # node name -> slim node, for the nodes with a GPU annotation
+        self.hosts = {}      # node name -> (inventory host, GPUs)
+        self.pinned = {}     # key -> node: pinned or released (None) by this source, until the watch shows it
+        self.runs = {}       # run id -> (node, deadline, pods)
+        self.created = []    # pods of runs that told ``created``, to pin
+        self.listed = set()  # 'pods', 'nodes': lists seen (nothing is decided before both)
+        self.sequence = 0
+        self.next_deadline = None
+
+    # -- what is watched --
+    def update_pod(self, pod, deleted=False):
+        key = pod_key(pod)
+        if deleted:
+            self.pods.pop(key, None)
+            self.pinned.pop(key, None)
+            return
+        slim = slim_pod(pod)
+        slim['spec']['schedulingGates'] = list((pod.get('spec') or {}).get('schedulingGates') or [])
+        self.pods[key] = slim
+        if key in self.pinned and not has_gate(slim):
+            del self.pinned[key]   # the watch shows the patch: the pod says where it goes
+
+    def replace_pods(self, pods):
+        self.pods, self.pinned = {}, {}
+        for pod in pods:
+            self.update_pod(pod)
+        self.listed.add('pods')
+
+    def update_node(self, node, now, deleted=False):
+        metadata = node.get('metadata') or {}
+        name = metadata.get('name') or ''
+        annotations = {} if deleted else metadata.get('annotations') or {}
+        self.nodes.pop(name, None)
+        self.hosts.pop(name, None)
+        if annotations.get(GPUS_ANNOTATION) is not None:
+            try:
+                self.hosts[name] = read_gpus_annotation(annotations[GPUS_ANNOTATION])
+                self.nodes[name] = slim_node(node)
+            except DemandPlanError as exc:
+                LOG.warning('mig_pending_pods: node %s: %s; the gated queue leaves it alone', name, exc)
+        try:
+            outcome = json.loads(annotations.get(CREATE_ANNOTATION) or '{}')
+        except ValueError:
+            outcome = {}
+        ended = [r for r, run in self.runs.items() if run[0] == name and (deleted or outcome.get('run') == r)]
+        for run_id in ended:
+            dummy, dummy2, pods = self.runs.pop(run_id)
+            result = 'node deleted' if deleted else outcome.get('result')
+            if result == 'created':
+                self.created.extend((key, name) for key in pods)
+            else:
+                LOG.info('mig_pending_pods: gated create %s on node %s: %s (%s); its pods are decided again', run_id, name,
+                         result, outcome.get('reason') or 'no reason')
+
+    def replace_nodes(self, nodes, now):
+        listed = set((n.get('metadata') or {}).get('name') for n in nodes)
+        for name in sorted((set(self.nodes) | set(r[0] for r in self.runs.values())) - listed):
+            self.update_node({'metadata': {'name': name}}, now, deleted=True)
+        for node in nodes:
+            self.update_node(node, now)
+        self.listed.add('nodes')
+
+    # -- deciding --
+    def seconds_until_due(self, now):
+        times = [run[1] for run in self.runs.values()]
+        if self.next_deadline is not None:
+            times.append(self.next_deadline)
+        return max(0.0, min(times) - now) if times else None
+
+    def _bound_profiles(self):
+        """{node: {profile: count}} of the MIG devices the pods bound to each node hold."""
+        held = {}
+        for pod in self.pods.values():
+            node = pod['spec'].get('nodeName')
+            if node and pod['status'].get('phase') not in ('Succeeded', 'Failed'):
+                counts = held.setdefault(node, {})
+                for name, count in pod_mig_resources(pod['spec']).items():
+                    profile = profile_of_resource(name)
+                    if profile:
+                        counts[profile] = counts.get(profile, 0) + count
+        return held
+
+    def take_actions(self, now):
+        """The actions due now (see the module's docstring), in the queue's order; pins of created runs first."""
+        if self.listed != {'pods', 'nodes'}:
+            return []
+        actions = []
+        for key, node in self.created:
+            if key in self.pods and has_gate(self.pods[key]) and key not in self.pinned:
+                actions.append({'action': PIN, 'pod': key, 'node': node})
+                self.pinned[key] = node
+        self.created = []
+        for run_id in [r for r, run in self.runs.items() if run[1] <= now]:
+            LOG.info('mig_pending_pods: gated create %s on node %s told no outcome in %.0fs; its pods are decided again',
+                     run_id, self.runs[run_id][0], self.create_timeout)
+            del self.runs[run_id]
+        busy = set(run[0] for run in self.runs.values())
+        in_flight = set(key for run in self.runs.values() for key in run[2])
+        bound = [p for p in self.pods.values() if p['spec'].get('nodeName')]
+        held = self._bound_profiles()
+        rooms, gpus = {}, {}
+        for name in sorted(set(self.hosts) - busy):
+            try:
+                rooms[name] = NodeRoom.of_node(self.nodes[name], bound)
+            except NodeFitError as exc:
+                LOG.warning('mig_pending_pods: node %s: %s; the gated queue leaves it alone', name, exc)
+                continue
+            gpus[name] = with_holders(self.hosts[name][1], held.get(name))
+        gated, pinned = [], []
+        for key in sorted(self.pods):
+            pod = self.pods[key]
+            if pod['spec'].get('nodeName') or key in in_flight or pod['status'].get('phase') in ('Succeeded', 'Failed'):
+                continue
+            node = self.pinned[key] if key in self.pinned else (None if has_gate(pod) else pinned_node(pod))
+            if not has_gate(pod) and node is None:
+                continue   # kube-scheduler's
+            if key in self.pinned and node is None:
+                continue   # released, the watch has not shown it yet
+            entry, why = gated_pod(pod)
+            if entry is None:
+                if node is None:
+                    actions.append({'action': RELEASE_POD, 'pod': key, 'reason': why})
+                    self.pinned[key] = None
+                continue
+            if node is None:
+                gated.append(entry)
+            else:
+                pinned.append(GatedPod(entry.key, entry.profile, entry.priority, entry.created, entry.gated_since,
+                                       entry.rules, pinned=node, gated=False))
+        queue = GatedQueue(self.options)
+        try:
+            decisions = queue.reconcile(rooms, gpus, gated, pinned, now)
+        except DemandPlanError as exc:
+            LOG.warning('mig_pending_pods: the gated queue cannot read the fleet (%s); nothing decided', exc)
+            self.next_deadline = now + self.create_timeout
+            return actions
+        creates = {}
+        for decision in decisions:
+            if decision.action == SERVE:
+                actions.append({'action': PIN, 'pod': decision.pod, 'node': decision.node})
+                self.pinned[decision.pod] = decision.node
+            elif decision.action == RELEASE:
+                actions.append({'action': RELEASE_POD, 'pod': decision.pod, 'reason': decision.reason})
+                self.pinned[decision.pod] = None
+            elif decision.action == CREATE:
+                creates.setdefault(decision.node, []).append(decision)
+        for node in sorted(creates):
+            actions.append(self._create_event(node, creates[node], now))
+        self.next_deadline = queue.next_deadline()
+        return actions
+
+    def _create_event(self, node, decisions, now):
+        host, gpus = self.hosts[node]
+        self.sequence += 1
+        run = 'gated-%s-%d' % (self.token, self.sequence)
+        expected = {}
+        for decision in decisions:
+            counts = expected.setdefault(str(decision.gpu), {})
+            counts[decision.profile] = counts.get(decision.profile, 0) + 1
+        pods = sorted(d.pod for d in decisions)
+        self.runs[run] = (node, now + self.create_timeout, pods)
+        layout = layout_with_creates(node, gpus, [(d.gpu, d.profile, d.start) for d in decisions])
+        return {'action': CREATE, 'event': {FAST_EVENT_KEY: {'run': run, 'host': host, 'node': node, 'layout': layout,
+                                                              'gpus': expected, 'pods': pods}}}

@@ -1,0 +1,170 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""k8s/_gated_demand.GatedDemand: what the event source does for gated pods, decided again from what it watches."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import GatedDemand, gated_pod
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import SLICE_GATE, pinned_node, release_patch
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import gpus_annotation
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import GatedOptions
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.pods import pod
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_demand_planner import gpu
+from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_fast_path import gpu_node
+
+# The pods' creationTimestamp (tests/unit/.../pods.py): 2026-12-03T22:00:00Z.
+CREATED = 1796335200.0
+IDLE_1G = (('1g.10gb', 0, []),)
+FULL_1G = tuple(('1g.10gb', start, ['team-a/holder-%d' % start]) for start in range(7))
+
+
+def gated(name, profile='1g.10gb', count='1', created=None, **extra):
+    result = pod(name, {'nvidia.com/mig-%s' % profile: count}, scheduled=False, **extra)
+    result['spec']['schedulingGates'] = [{'name': SLICE_GATE}]
+    if created:
+        result['metadata']['creationTimestamp'] = created
+    return result
+
+
+def patched(obj, node):
+    """``obj`` as the API server has it after the source's patch (gate gone, affinity narrowed to ``node``)."""
+    patch = release_patch(obj, node)['spec']
+    spec = dict(obj['spec'], schedulingGates=[g for g in obj['spec']['schedulingGates'] if g['name'] != SLICE_GATE])
+    if 'affinity' in patch:
+        spec['affinity'] = patch['affinity']
+    return dict(obj, spec=spec)
+
+
+def watching(nodes, pods, options=None):
+    demand = GatedDemand(options or GatedOptions(destroy_after=None, reshape=False), create_timeout=60, token='t')
+    demand.replace_nodes(nodes, CREATED)
+    demand.replace_pods(pods)
+    return demand
+
+
+def actions(demand, now=CREATED + 10):
+    return [dict((k, v) for k, v in a.items() if k != 'event') for a in demand.take_actions(now)]
+
+
+def test_nothing_is_decided_before_both_lists():
+    demand = GatedDemand(token='t')
+    demand.replace_pods([gated('a')])
+    assert demand.take_actions(CREATED) == []
+    demand.replace_nodes([gpu_node(instances=IDLE_1G)], CREATED)
+    assert actions(demand) == [{'action': 'pin', 'pod': 'team-a/a', 'node': 'node-1'}]
+
+
+def test_an_idle_instance_serves_the_oldest_pod_of_its_profile_once():
+    demand = watching([gpu_node(instances=IDLE_1G + FULL_1G[1:])],
+                      [gated('younger', created='2026-12-03T22:00:05Z'), gated('older')])
+    assert actions(demand) == [{'action': 'pin', 'pod': 'team-a/older', 'node': 'node-1'}]
+    # Pinned and not bound yet, the older pod still reserves the instance: the younger one is not served from it.
+    assert actions(demand) == []
+    older = patched(gated('older'), 'node-1')
+    assert pinned_node(older) == 'node-1'
+    demand.update_pod(older)
+    assert actions(demand) == [] and 'team-a/older' not in demand.pinned
+
+
+def test_an_older_pod_of_another_profile_is_decided_before_a_younger_one_that_would_take_its_slices():
+    """The queue jump: slices 0-3 of GPU 0 are free; the younger 1g.10gb pod, decided first, would take one of them and
+    leave no room for the older 3g.40gb pod. In queue order the older pod gets them and the younger one waits."""
+    nodes = [gpu_node(instances=(('3g.40gb', 4, ['team-a/holder']),))]
+    demand = watching(nodes, [gated('young-small', created='2026-12-03T22:00:05Z'), gated('old-big', profile='3g.40gb')])
+    [create] = demand.take_actions(CREATED + 10)
+    change = create['event']['mig_demand_create']
+    assert (change['pods'], change['gpus']) == (['team-a/old-big'], {'0': {'3g.40gb': 1}})
+
+
+def test_free_slices_make_one_create_run_per_node_then_the_pod_is_pinned_once_created():
+    demand = watching([gpu_node(instances=FULL_1G[:6])], [gated('a')])
+    [create] = demand.take_actions(CREATED + 10)
+    change = create['event']['mig_demand_create']
+    assert (change['run'], change['host'], change['node'], change['pods']) == ('gated-t-1', 'h1', 'node-1', ['team-a/a'])
+    assert change['gpus'] == {'0': {'1g.10gb': 1}}
+    assert change['layout']['config'][change['layout']['name']] == [
+        {'devices': [0], 'mig-enabled': True, 'mig-devices': {'1g.10gb': 7}}]
+    # The node is left alone while its run is under way: nothing decided twice.
+    assert actions(demand) == []
+    node = gpu_node(instances=FULL_1G[:6] + (('1g.10gb', 6, []),),
+                    outcome={'run': 'gated-t-1', 'result': 'created'})
+    demand.update_node(node, CREATED + 20)
+    assert actions(demand, CREATED + 20) == [{'action': 'pin', 'pod': 'team-a/a', 'node': 'node-1'}]
+
+
+@pytest.mark.parametrize('result', ['refused', 'failed'])
+def test_a_run_that_did_not_create_gives_its_pods_to_the_queue_again(result):
+    demand = watching([gpu_node(instances=FULL_1G[:6])], [gated('a')])
+    demand.take_actions(CREATED + 10)
+    demand.update_node(gpu_node(instances=FULL_1G[:6], outcome={'run': 'gated-t-1', 'result': result}), CREATED + 20)
+    [again] = demand.take_actions(CREATED + 20)
+    assert again['event']['mig_demand_create']['run'] == 'gated-t-2'
+
+
+def test_a_run_that_never_answers_frees_its_node_after_the_timeout():
+    demand = watching([gpu_node(instances=FULL_1G[:6])], [gated('a')])
+    demand.take_actions(CREATED + 10)
+    assert demand.seconds_until_due(CREATED + 10) == 60.0
+    assert demand.take_actions(CREATED + 69) == []
+    [again] = demand.take_actions(CREATED + 70)
+    assert again['event']['mig_demand_create']['run'] == 'gated-t-2'
+
+
+def test_a_pod_bound_to_the_node_holds_an_instance_the_annotation_names_idle():
+    holder = pod('bound', {'nvidia.com/mig-1g.10gb': '1'}, node_name='node-1', scheduled=('True', ''), phase='Running')
+    demand = watching([gpu_node(instances=IDLE_1G)], [holder, gated('a')])
+    [create] = demand.take_actions(CREATED + 10)   # not a pin onto the instance the bound pod holds
+    assert create['event']['mig_demand_create']['gpus'] == {'0': {'1g.10gb': 1}}
+
+
+def test_a_pod_nobody_serves_is_released_after_the_wait_with_its_reason():
+    demand = watching([gpu_node(instances=FULL_1G)], [gated('a')], GatedOptions(release_after=600, destroy_after=None, reshape=False))
+    assert actions(demand, CREATED + 599) == []
+    assert demand.seconds_until_due(CREATED + 599) == 1.0
+    [release] = actions(demand, CREATED + 600)
+    assert release['action'] == 'release' and release['pod'] == 'team-a/a'
+    assert 'no idle instance and no free slices' in release['reason']
+    assert actions(demand, CREATED + 601) == []   # told once
+
+
+def test_a_pod_the_queue_cannot_decide_is_released_at_once_with_why():
+    demand = watching([gpu_node(instances=IDLE_1G)], [gated('two', count='2')])
+    assert actions(demand) == [{'action': 'release', 'pod': 'team-a/two',
+                                'reason': 'asks for nvidia.com/mig-1g.10gb x2: the gated queue decides pods of one MIG device'}]
+
+
+def test_pods_without_the_gate_are_left_to_kube_scheduler():
+    plain = pod('plain', {'nvidia.com/mig-1g.10gb': '1'})
+    demand = watching([gpu_node(instances=IDLE_1G)], [plain])
+    assert actions(demand) == []
+    assert gated_pod(plain)[0].profile == '1g.10gb'
+
+
+def test_a_patch_the_watch_has_not_shown_is_not_decided_twice_and_a_deleted_pod_is_forgotten():
+    demand = watching([gpu_node(instances=IDLE_1G)], [gated('a')])
+    assert len(actions(demand)) == 1
+    demand.update_pod(gated('a'))   # an older event still shows the gate
+    assert actions(demand) == []
+    demand.update_pod(gated('a'), deleted=True)
+    assert demand.pods == {} and demand.pinned == {}
+
+
+def test_bad_options_are_refused_in_one_line():
+    with pytest.raises(DemandPlanError, match='^order must be queue or smallest-first'):
+        GatedDemand(GatedOptions(order='random'))
+
+
+def test_an_annotation_this_version_cannot_read_leaves_the_node_alone():
+    node = gpu_node(instances=IDLE_1G)
+    node['metadata']['annotations']['gpufleet.mig/gpus'] = '{"version": 99}'
+    demand = watching([node], [gated('a')])
+    assert actions(demand) == [] and demand.hosts == {}
+
+
+def test_the_annotation_is_the_one_playbooks_write():
+    assert gpus_annotation('h1', {'gpus': [gpu(0, IDLE_1G)]}) == gpu_node(instances=IDLE_1G)['metadata']['annotations']['gpufleet.mig/gpus']
