@@ -255,5 +255,5 @@ class GatedDemand(object):
         pods = sorted(d.pod for d in decisions)
         self.runs[run] = (node, now + self.create_timeout, pods)
         layout = layout_with_creates(node, gpus, [(d.gpu, d.profile, d.start) for d in decisions])
-        return {'action': CREATE, 'event': {FAST_EVENT_KEY: {'run': run, 'host': host, 'node': node, 'layout': layout,
-                                                              'gpus': expected, 'pods': pods}}}
+        change = {'run': run, 'host': host, 'node': node, 'layout': layout, 'gpus': expected, 'pods': pods}
+        return {'action': CREATE, 'event': {FAST_EVENT_KEY: change}}

@@ -125,8 +125,8 @@ def test_an_oidc_auth_provider_kubeconfig_sends_its_id_token(tmp_path):
 def test_client_certificate_data_goes_to_private_files_and_insecure_is_read(tmp_path):
     import base64
     user = {'client-certificate-data': base64.b64encode(b'CERT').decode(), 'client-key-data': base64.b64encode(b'KEY').decode()}
-    conn = api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, user, cluster={'insecure-skip-tls-verify': True,
-                                                                                 'tls-server-name': 'kubernetes'}))
+    cluster = {'insecure-skip-tls-verify': True, 'tls-server-name': 'kubernetes'}
+    conn = api_connection.connection_from_kubeconfig(kubeconfig(tmp_path, user, cluster=cluster))
     assert open(conn.cert_file, 'rb').read() == b'CERT' and open(conn.key_file, 'rb').read() == b'KEY'
     assert stat.S_IMODE(os.stat(conn.key_file).st_mode) == 0o600
     assert conn.insecure and conn.headers() == {}
