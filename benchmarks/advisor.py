@@ -33,14 +33,18 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import demand  # noqa: E402  benchmarks/demand.py: the fair replay, imported, not forked
+# benchmarks/demand.py's fair replay, imported, not forked
+from demand_baselines import DRA_SECONDS, NOS_SECONDS, StaticLayout  # noqa: E402
+from demand_replay import POLICY, Gpu, Replay, figures, spread  # noqa: E402
+from demand_shipped import RUN_SECONDS  # noqa: E402
+from demand_workload import (  # noqa: E402
+    CATALOG_FILE, DAY_MIX, MEAN_HOLD, MODELS, Request, fleet_slices, request_stream, shape_profiles, shipped_layouts)
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._advice_demand import demand_from_requests  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_advisor import ModelFleet, advise  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import validate_document  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances  # noqa: E402
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import match_gpus  # noqa: E402
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog  # noqa: E402
 from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.catalogs import model_gpu  # noqa: E402
 
 import dataclasses  # noqa: E402
@@ -51,9 +55,7 @@ SHIPPED_SCHEDULE = ((0, 'all-balanced'),)
 
 def week(seed, days, gpus, load, burst):
     """demand.py's request stream of ``days`` days on its fleet with ``gpus`` GPUs a node."""
-    shapes = demand.shape_profiles()
-    fleet_slices = sum(Catalog.from_data(model_gpu(m).profiles).total_slices for m in demand.MODELS) * gpus
-    return demand.request_stream(seed, days * 24.0, load, burst, shapes, fleet_slices)
+    return request_stream(seed, days * 24.0, load, burst, shape_profiles(), fleet_slices(gpus))
 
 
 def recorded(requests, days):
@@ -63,11 +65,11 @@ def recorded(requests, days):
 
 
 def fleets(gpus):
-    return [ModelFleet(m, model_gpu(m), 1, gpus) for m in demand.MODELS]
+    return [ModelFleet(m, model_gpu(m), 1, gpus) for m in MODELS]
 
 
 def shipped_configs():
-    with open(demand.CATALOG_FILE) as handle:
+    with open(CATALOG_FILE) as handle:
         return validate_document(yaml.safe_load(handle))
 
 
@@ -77,14 +79,14 @@ def targets(document, gpus):
     result = {}
     for name, entries in configs.items():
         result[name] = {}
-        for model in demand.MODELS:
+        for model in MODELS:
             gpu_list = [dataclasses.replace(model_gpu(model), index=i) for i in range(gpus)]
             for record in match_gpus(entries, gpu_list)['gpus']:
                 result[name][(model, record['index'])] = concrete_instances(record['mig_devices'] or {}, model_gpu(model))
     return result
 
 
-class AdvisedSchedule(demand.Replay):
+class AdvisedSchedule(Replay):
     """The advised catalog: its layout ``advised-HH00`` from HH:00 every day, through the in-place switch (the one
     demand.py's DayNight runs: cordon where the change destroys instances, slices after ``run_seconds``)."""
     label = 'advised'
@@ -105,21 +107,21 @@ class AdvisedSchedule(demand.Replay):
             return
         for day in range(int(self.options.hours // 24) + 1):
             for hour in self.hours:
-                self.at((day * 24 + hour) * 3600.0, demand.POLICY, self.switch, self.name_at(hour))
+                self.at((day * 24 + hour) * 3600.0, POLICY, self.switch, self.name_at(hour))
 
     def switch(self, name):
         self.runs += 1
         for node in self.nodes:
             trial = []
             for gpu in [g for g in self.gpus if g.node == node]:
-                copy = demand.Gpu(gpu.node, gpu.index, gpu.model)
+                copy = Gpu(gpu.node, gpu.index, gpu.model)
                 copy.instances = [list(i) for i in gpu.instances]
                 copy.next_id = gpu.next_id
                 trial.append(copy)
             if any(a['action'] == 'destroy_gpu_instance' for c in trial for a in c.converge(self.layouts[name][(c.model, c.index)])):
                 self.cordons += 1
                 self.cordoned[node] = self.now + self.options.run_seconds
-        self.at(self.now + self.options.run_seconds, demand.POLICY, self.apply, name)
+        self.at(self.now + self.options.run_seconds, POLICY, self.apply, name)
 
     def apply(self, name):
         for gpu in self.gpus:
@@ -129,22 +131,22 @@ class AdvisedSchedule(demand.Replay):
 
 def replay_options(options, days):
     return argparse.Namespace(hours=days * 24.0, gpus=options.gpus, patience=options.patience, run_seconds=options.run_seconds,
-                              dra_seconds=demand.DRA_SECONDS, nos_seconds=demand.NOS_SECONDS)
+                              dra_seconds=DRA_SECONDS, nos_seconds=NOS_SECONDS)
 
 
 SHAPES = ('mix', 'daynight', 'overlap', 'flat', 'shared', 'unhostable')
 UNHOSTABLE = '1g.12gb'   # a GH200's 1g: no model of demand.py's fleet has it
 
 
-def poisson(rng, days, load, fleet_slices, mix_at, models=demand.MODELS, hold=None):
-    """demand.Request objects: Poisson arrivals sized to ``load`` of the fleet's memory slices, the shape mix of each
+def poisson(rng, days, load, slices, mix_at, models=MODELS, hold=None):
+    """Request objects: Poisson arrivals sized to ``load`` of the fleet's ``slices`` memory slices, the shape mix of each
     hour ``mix_at(hour)`` (((compute, memory), share), ...) or None for a quiet hour; ``hold(rng, shape, arrival)``
     seconds (default: demand.py's mean holds, exponential)."""
-    shapes = demand.shape_profiles()
+    shapes = shape_profiles()
     busy_hours = [h for h in range(24) if mix_at(h)]
-    mean = [sum(m * share for (c, m), share in mix_at(h)) * sum(demand.MEAN_HOLD[c] * share for (c, m), share in mix_at(h))
+    mean = [sum(m * share for (c, m), share in mix_at(h)) * sum(MEAN_HOLD[c] * share for (c, m), share in mix_at(h))
             for h in busy_hours]
-    rate = load * fleet_slices / (sum(mean) / len(mean)) * 24.0 / len(busy_hours)   # per minute, while busy
+    rate = load * slices / (sum(mean) / len(mean)) * 24.0 / len(busy_hours)   # per minute, while busy
     requests, now, end = [], 0.0, days * 24 * 60.0
     while True:
         now += rng.expovariate(rate)
@@ -155,8 +157,8 @@ def poisson(rng, days, load, fleet_slices, mix_at, models=demand.MODELS, hold=No
             continue
         compute, memory = rng.choices([shape for shape, share in mix], [share for shape, share in mix])[0]
         model = rng.choice(models)
-        seconds = hold(rng, (compute, memory), now * 60.0) if hold else rng.expovariate(1.0 / demand.MEAN_HOLD[compute]) * 60.0
-        requests.append(demand.Request(len(requests), now * 60.0, seconds, shapes[model][(compute, memory)]))
+        seconds = hold(rng, (compute, memory), now * 60.0) if hold else rng.expovariate(1.0 / MEAN_HOLD[compute]) * 60.0
+        requests.append(Request(len(requests), now * 60.0, seconds, shapes[model][(compute, memory)]))
     return requests
 
 
@@ -165,25 +167,25 @@ def shape_stream(shape, seed, options):
     if shape == 'mix':
         return week(seed, options.days, options.gpus, options.load, options.burst)
     rng = random.Random('%s/%s' % (seed, shape))
-    fleet_slices = sum(Catalog.from_data(model_gpu(m).profiles).total_slices for m in demand.MODELS) * options.gpus
-    day_mix = tuple(((c, m), share) for c, m, share in demand.DAY_MIX)
+    slices = fleet_slices(options.gpus)
+    day_mix = tuple(((c, m), share) for c, m, share in DAY_MIX)
     if shape == 'daynight':
         def block_end(arrival):
             hour = int(arrival // 3600)
             return (hour - hour % 24 + (19 if 8 <= hour % 24 < 19 else 7 + (24 if hour % 24 >= 20 else 0))) * 3600.0
 
-        return poisson(rng, options.days, options.load, fleet_slices,
+        return poisson(rng, options.days, options.load, slices,
                        lambda h: (((1, 1), 1.0),) if 8 <= h < 19 else (((7, 8), 1.0),) if h >= 20 or h < 7 else None,
-                       hold=lambda r, s, arrival: min(r.expovariate(1.0 / demand.MEAN_HOLD[s[0]]) * 60.0, block_end(arrival) - arrival))
+                       hold=lambda r, s, arrival: min(r.expovariate(1.0 / MEAN_HOLD[s[0]]) * 60.0, block_end(arrival) - arrival))
     if shape == 'overlap':
-        return poisson(rng, options.days, options.load, fleet_slices,
+        return poisson(rng, options.days, options.load, slices,
                        lambda h: (((1, 1), 0.5), ((7, 8), 0.5)) if 17 <= h < 21 or 7 <= h < 11 else
                        (((1, 1), 1.0),) if 11 <= h < 17 else (((7, 8), 1.0),),
                        hold=lambda r, s, arrival: r.expovariate(1.0 / (40.0 if s[0] == 1 else 240.0)) * 60.0)
     if shape == 'flat':
-        return poisson(rng, options.days, options.load, fleet_slices, lambda h: day_mix)
+        return poisson(rng, options.days, options.load, slices, lambda h: day_mix)
     if shape == 'shared':
-        return poisson(rng, options.days, options.load, fleet_slices / 2, lambda h: day_mix, models=('A100-SXM4-80GB', 'H100-SXM5-80GB'))
+        return poisson(rng, options.days, options.load, slices / 2, lambda h: day_mix, models=('A100-SXM4-80GB', 'H100-SXM5-80GB'))
     if shape == 'unhostable':
         requests = week(seed, options.days, options.gpus, options.load, options.burst)
         for request in requests[::6]:
@@ -197,16 +199,16 @@ def judged(requests, options, seed):
     replay of static all-balanced, of the best single layout's catalog and of the advised catalog)."""
     document = recorded(requests, options.days)
     wanted = demand_from_requests(document['requests'], options.days)
-    common = dict(switch_seconds=options.run_seconds, serial=len(demand.MODELS), forks=len(demand.MODELS),
+    common = dict(switch_seconds=options.run_seconds, serial=len(MODELS), forks=len(MODELS),
                   patience_minutes=options.patience)
     single = advise(wanted, fleets(options.gpus), shipped_configs(), SHIPPED_SCHEDULE, 0, **common)
     advice = advise(wanted, fleets(options.gpus), shipped_configs(), SHIPPED_SCHEDULE, options.max_switches, **common)
     replay = replay_options(options, options.days)
     others = {}
     for label, chosen in (('single', single), ('advised', advice)):
-        others[label] = demand.figures(AdvisedSchedule(requests, replay, seed, targets(chosen.document(), options.gpus),
-                                                       chosen.switch_hours()).run())['placed']
-    others['current'] = demand.figures(demand.StaticLayout(requests, replay, seed, demand.shipped_layouts()['all-balanced']).run())['placed']
+        others[label] = figures(AdvisedSchedule(requests, replay, seed, targets(chosen.document(), options.gpus),
+                                                chosen.switch_hours()).run())['placed']
+    others['current'] = figures(StaticLayout(requests, replay, seed, shipped_layouts()['all-balanced']).run())['placed']
     own = dict((label, advice.outcomes[label].placed()) for label in ('current', 'single', 'schedule'))
     own['advised'] = advice.outcomes[advice.choice].placed()
     return own, advice, others
@@ -215,11 +217,11 @@ def judged(requests, options, seed):
 def scale(options):
     """Seconds one advice takes for 1000 hosts x 8 GPUs (500 A100-80GB hosts, 500 H100) over 28 days of flat demand."""
     fleet = [ModelFleet(m, model_gpu(m), 500, 8) for m in ('A100-SXM4-80GB', 'H100-SXM5-80GB')]
-    shapes = demand.shape_profiles()
+    shapes = shape_profiles()
     rng = random.Random('scale')
     hourly = {}
     for model in ('A100-SXM4-80GB', 'H100-SXM5-80GB'):
-        for compute, memory, share in demand.DAY_MIX:
+        for compute, memory, share in DAY_MIX:
             resource = 'nvidia.com/mig-' + shapes[model][(compute, memory)]
             rows = hourly.setdefault(resource, [[0.0] * 24 for dummy in range(28)])
             for day in range(28):
@@ -242,7 +244,7 @@ def main(argv=None):
     parser.add_argument('--load', type=float, default=0.9, help='offered load (default %(default)s)')
     parser.add_argument('--burst', type=int, default=24, help='small requests in each burst of the mix (default %(default)s)')
     parser.add_argument('--patience', type=float, default=30.0, help='minutes before a pod gives up (default %(default)s)')
-    parser.add_argument('--run-seconds', type=float, default=demand.RUN_SECONDS, help='a switch (default %(default)s)')
+    parser.add_argument('--run-seconds', type=float, default=RUN_SECONDS, help='a switch (default %(default)s)')
     parser.add_argument('--max-switches', type=int, default=2, help='switches a day at most (default %(default)s)')
     parser.add_argument('--shapes', default=','.join(SHAPES), help='shapes, comma-separated (default %(default)s)')
     parser.add_argument('--scale', action='store_true', help='time one advice for 1000 hosts x 8 GPUs x 28 days and stop')
@@ -262,7 +264,7 @@ def main(argv=None):
     started = time.perf_counter()
     print('Layout advisor benchmark: %d seeds of %d days per shape, %d GPUs on each of %s, load %.2f, patience %g min, '
           'switch %g s, at most %d switches a day; current catalog: static all-balanced'
-          % (options.seeds, options.days, options.gpus, ', '.join(demand.MODELS), options.load, options.patience,
+          % (options.seeds, options.days, options.gpus, ', '.join(MODELS), options.load, options.patience,
              options.run_seconds, options.max_switches))
     summary = []
     for shape in options.shapes.split(','):
@@ -283,10 +285,10 @@ def main(argv=None):
                                          'demand.py: advised/single', 'demand.py: advised/current'))
     for shape, rows in summary:
         print('%-11s %24s %24s %24s %24s' % (
-            shape, demand.spread([float(o['advised']) / o['single'] for o, d in rows], '%.3f'),
-            demand.spread([float(o['advised']) / max(1, o['current']) for o, d in rows], '%.3f'),
-            demand.spread([float(d['advised']) / d['single'] for o, d in rows], '%.3f'),
-            demand.spread([float(d['advised']) / max(1, d['current']) for o, d in rows], '%.3f')))
+            shape, spread([float(o['advised']) / o['single'] for o, d in rows], '%.3f'),
+            spread([float(o['advised']) / max(1, o['current']) for o, d in rows], '%.3f'),
+            spread([float(d['advised']) / d['single'] for o, d in rows], '%.3f'),
+            spread([float(d['advised']) / max(1, d['current']) for o, d in rows], '%.3f')))
     print('run time %.1f s' % (time.perf_counter() - started))
     return 0
 

@@ -30,15 +30,16 @@ from __future__ import absolute_import, division, print_function
 
 import statistics
 
-import demand
-from demand import FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, FAST_QUIET_SECONDS, FAST_RUN_SECONDS, NODE_STATUS_SECONDS, POLICY, Replay
+import demand_replay
+from demand_baselines import DraDynamicMig
+from demand_replay import POLICY, SIZE_CLASSES, Replay
+from demand_shipped import FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, FAST_QUIET_SECONDS, FAST_RUN_SECONDS, NODE_STATUS_SECONDS
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
     DESTROY, RELEASE, SERVE, SMALLEST_FIRST, SPREAD, GatedOptions, GatedPod, GatedQueue)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeRoom
 
 RESTART_HOURS = 6.0
-SIZE_CLASSES = (1, 2, 3, 4, 7)   # compute slices of the requests (1g, 2g, 3g, 4g, 7g)
 
 
 class GatedReplay(Replay):
@@ -198,7 +199,7 @@ class GatedReplay(Replay):
         request.gpu, request.instance = gpu, instance
         self.waiting.remove(request)
         self.ungated.pop(request, None)
-        self.at(request.running_at + request.hold, demand.RELEASE, self.release, request)
+        self.at(request.running_at + request.hold, demand_replay.RELEASE, self.release, request)
         decisions = self.queue.bound(request.name, gpu.node, gpu.index, instance[0], self.now)
         for victim, decision in list(self.given.items()):   # a reservation an ungated pod took: pinned, waits again
             if self.queue.decided(victim.name) is not decision:
@@ -270,20 +271,6 @@ def add_arguments(parser):
                         help='gated: hours between the source\'s restarts and reconciliations, 0 never (default %(default)s)')
 
 
-def served(replay):
-    """Slice-hours served (memory slices times the hours held, to the replay's end) and pods placed per size class."""
-    end = replay.options.hours * 3600.0
-    hours = 0.0
-    classes = dict((size, 0) for size in SIZE_CLASSES)
-    for request in replay.requests:
-        if request.placed_at is not None:
-            hours += request.gpu.catalog.get(request.profile).memory_slices * (min(end, request.running_at + request.hold) - request.running_at) / 3600.0
-            size = int(request.profile.split('g.', 1)[0])
-            classes[size] = classes.get(size, 0) + 1
-    return {'slice_hours': hours, 'classes': classes, 'requested': dict(
-        (size, sum(1 for r in replay.requests if int(r.profile.split('g.', 1)[0]) == size)) for size in SIZE_CLASSES)}
-
-
 def print_served(labels, results, spread):
     """The served table: placed, slice-hours, per size class, reconfigurations, evictions, p95 wait (min/median/max)."""
     sizes = ' '.join('%13s' % ('%dg placed' % s) for s in SIZE_CLASSES)
@@ -291,7 +278,7 @@ def print_served(labels, results, spread):
         'policy (min/median/max over seeds)', 'placed', 'vs DRA', 'slice-h served', 'reconfig', 'evicted', 'p95 wait min', sizes)
     print(header)
     print('-' * len(header))
-    dra = results[demand.DraDynamicMig.label]
+    dra = results[DraDynamicMig.label]
     for label in labels:
         mine = results[label]
         print('%-36s %14s %14s %17s %16s %8d %15s %s' % (
@@ -306,7 +293,7 @@ def print_served(labels, results, spread):
 def goal(label, results):
     """The goal line: the gated row's median at or above DRA in pods placed, its slice-hours' median not below DRA's
     lowest seed (within DRA's spread, or above it), no eviction."""
-    mine, dra = results[label], results[demand.DraDynamicMig.label]
+    mine, dra = results[label], results[DraDynamicMig.label]
     lead = statistics.median([f['placed'] - d['placed'] for f, d in zip(mine, dra)])
     hours = statistics.median(f['slice_hours'] for f in mine)
     dra_hours = sorted(d['slice_hours'] for d in dra)

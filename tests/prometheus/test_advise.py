@@ -35,7 +35,11 @@ import gpufleet_nvml_sim as simulator
 
 sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
 import advisor as bench  # noqa: E402  benchmarks/advisor.py: the advised schedule replayed
-import demand  # noqa: E402  benchmarks/demand.py: the request stream and the replay
+# benchmarks/demand.py's request stream and replay
+from demand_baselines import StaticLayout  # noqa: E402
+from demand_replay import figures  # noqa: E402
+from demand_shipped import RUN_SECONDS  # noqa: E402
+from demand_workload import MODELS, Request, shape_profiles, shipped_layouts  # noqa: E402
 
 DAY = 86400
 DAYS = 7
@@ -53,14 +57,14 @@ def generated_week(seed, mix):
     the other, 30 min to 2 h each, 10 min to 1 h apart)."""
     rng = random.Random(seed)
     requests = []
-    shapes = demand.shape_profiles()
-    for model in demand.MODELS:
+    shapes = shape_profiles()
+    for model in MODELS:
         for shape, slots in mix:
             for slot in range(slots):
                 now = rng.uniform(0, 3600)
                 while now < DAYS * DAY:
                     hold = rng.uniform(1800, 7200)
-                    requests.append(demand.Request(0, now, min(hold, DAYS * DAY - now - 1), shapes[model][shape]))
+                    requests.append(Request(0, now, min(hold, DAYS * DAY - now - 1), shapes[model][shape]))
                     now += hold + rng.uniform(600, 3600)
     requests.sort(key=lambda r: r.arrival)
     for number, request in enumerate(requests):
@@ -151,7 +155,7 @@ def advise(url, end, root, name):
     """playbooks/mig_advise.yml on a simulated host with one GPU of each model; returns (run, catalog, awx vars)."""
     state = root / ('gpus-%s.json' % name)
     simulator.write_state(str(state), {'driver_version': '580.95.05', 'gpus': [
-        {'model': model, 'mig': {'current': 'enabled', 'pending': 'enabled'}} for model in demand.MODELS]})
+        {'model': model, 'mig': {'current': 'enabled', 'pending': 'enabled'}} for model in MODELS]})
     catalog, awx = root / ('catalog-%s.yml' % name), root / ('awx-%s.yml' % name)
     extravars = {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable, 'mig_layout_hosts': 'localhost',
                  'mig_layout_boot_environment': simulated_environment(str(state)), 'mig_layout_config_dir': str(root / 'etc'),
@@ -168,12 +172,12 @@ def advise(url, end, root, name):
 
 def replayed(requests, document, switches):
     """Requests placed over the week by the shipped all-balanced and by the advised catalog at its switch hours."""
-    options = bench.replay_options(bench.argparse.Namespace(gpus=1, patience=30.0, run_seconds=demand.RUN_SECONDS), DAYS)
+    options = bench.replay_options(bench.argparse.Namespace(gpus=1, patience=30.0, run_seconds=RUN_SECONDS), DAYS)
     options.hours = DAYS * 24.0
     layouts = bench.targets(document, 1)
     hours = sorted(int(s['time'].split(':')[0]) for s in switches)
-    shipped = demand.figures(demand.StaticLayout(requests, options, 'advise', demand.shipped_layouts()['all-balanced']).run())
-    advised = demand.figures(bench.AdvisedSchedule(requests, options, 'advise', layouts, hours).run())
+    shipped = figures(StaticLayout(requests, options, 'advise', shipped_layouts()['all-balanced']).run())
+    advised = figures(bench.AdvisedSchedule(requests, options, 'advise', layouts, hours).run())
     return shipped['placed'], advised['placed']
 
 
@@ -184,7 +188,7 @@ def test_the_advice_read_from_prometheus_places_at_least_what_the_shipped_catalo
     run, document, awx = advise(url, end, root, week)
     advice = run.task_results('Advise')['localhost']['ansible_facts']['mig_advise']
     # the whole week came back from Prometheus, for every model
-    assert advice['days'] == DAYS and len(advice['models']) == len(demand.MODELS)
+    assert advice['days'] == DAYS and len(advice['models']) == len(MODELS)
     assert all(model['requested'] > 0 for model in advice['models'])
     print('%s week: %s' % (week, ' | '.join(advice['summary'])))
     # every request's pod counted once, whatever its containers, init containers and sidecars; the pods that
