@@ -254,10 +254,12 @@ def gated_policy(label, **options):
 
 def policies(options):
     """(label, factory) of the gated rows: as shipped (GatedOptions' defaults, the release wait and the destroy delay
-    as given), then one change each: the other release rule (idle instances kept), the other placement (spread) and
-    the second queue order (smallest first)."""
+    as given), what the event source runs today (no destroys: neither the release rule's nor a reshape's, the
+    create-only run being the only one it starts; k8s/_gated_demand.SOURCE_OPTIONS), then one change each: the other
+    release rule (idle instances kept), the other placement (spread) and the second queue order (smallest first)."""
     shipped = dict(release_after=options.release_after, destroy_after=options.destroy_after)
-    rows = [('(g) gated: as shipped', {}), ('(g) gated: keep idle', {'destroy_after': None}),
+    rows = [('(g) gated: as shipped', {}), ('(g) gated: no destroys', {'destroy_after': None, 'reshape': False}),
+            ('(g) gated: keep idle', {'destroy_after': None}),
             ('(g) gated: spread', {'placement': SPREAD}), ('(g) gated: smallest first', {'order': SMALLEST_FIRST})]
     return [(label, gated_policy(label, **dict(shipped, **change))) for label, change in rows]
 

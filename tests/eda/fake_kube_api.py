@@ -226,7 +226,8 @@ class FakeKubeAPI(object):
 
             def do_PATCH(self):
                 """A pod's strategic merge patch, as far as the source sends one: schedulingGates entries with
-                ``$patch: delete`` remove that gate by name (the list merges by name), spec.affinity is replaced."""
+                ``$patch: delete`` remove that gate by name (the list merges by name), spec.affinity is replaced,
+                metadata.annotations merged."""
                 body = json.loads(self.rfile.read(int(self.headers.get('Content-Length') or 0)) or b'{}')
                 api.paths.append(self.path)
                 api.patches.append((self.path, self.headers.get('Content-Type'), body))
@@ -244,6 +245,9 @@ class FakeKubeAPI(object):
                     del spec['schedulingGates']
                 if 'affinity' in change:
                     spec['affinity'] = change['affinity']
+                annotations = (body.get('metadata') or {}).get('annotations')
+                if annotations:
+                    pod['metadata'].setdefault('annotations', {}).update(annotations)
                 api.put(pod)
                 return self._send_json(200, api.pods[key])
 

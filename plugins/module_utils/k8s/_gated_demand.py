@@ -40,7 +40,7 @@ import time
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import FAST_EVENT_KEY, slim_node, slim_pod
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key, pod_mig_resources
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import has_gate, pinned_node
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import PIN_ANNOTATION, has_gate, pinned_node
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
     CREATE_ANNOTATION, GPUS_ANNOTATION, read_gpus_annotation, with_holders)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
@@ -111,9 +111,16 @@ class GatedDemand(object):
             return
         slim = slim_pod(pod)
         slim['spec']['schedulingGates'] = list((pod.get('spec') or {}).get('schedulingGates') or [])
+        if pinned_node(pod):
+            slim['metadata']['annotations'] = {PIN_ANNOTATION: pinned_node(pod)}
         self.pods[key] = slim
         if key in self.pinned and not has_gate(slim):
             del self.pinned[key]   # the watch shows the patch: the pod says where it goes
+
+    def owns(self, pod):
+        """Whether ``pod`` (a Pod object) is this queue's until it binds: pinned by it (gate gone, not bound yet). The
+        full demand path leaves it alone: its instance is made or reserved here."""
+        return not has_gate(pod) and pinned_node(pod) is not None and not (pod.get('spec') or {}).get('nodeName')
 
     def replace_pods(self, pods):
         self.pods, self.pinned = {}, {}

@@ -33,6 +33,9 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._errors import Gpufle
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import MIG_PREFIX, profile_of_resource
 
 SLICE_GATE = 'gpufleet.mig/slice'
+# The node the event source pinned a pod to, written with the patch that pins it: the source's own record of its pins
+# (a pod its author pinned by affinity is not the source's).
+PIN_ANNOTATION = 'gpufleet.mig/slice-node'
 GROUP = 'admissionregistration.k8s.io'
 # Preferred first: the GA version where the cluster serves it.
 API_VERSIONS = (GROUP + '/v1', GROUP + '/v1beta1')
@@ -177,7 +180,8 @@ def release_patch(pod, node=None):
     The gate goes by the list map's ``$patch: delete`` directive (schedulingGates merges by name): the pod's other
     gates stay. A gated pod's required node affinity may only gain requirements (Kubernetes "Pod Scheduling
     Readiness", mutable scheduling directives), so each of its terms keeps what it has and gains ``metadata.name In
-    [node]``; nodeSelectorTerms has no merge key, so the patch carries every term."""
+    [node]``; nodeSelectorTerms has no merge key, so the patch carries every term. The annotation
+    :data:`PIN_ANNOTATION` records the node."""
     patch = {'spec': {'schedulingGates': [{'$patch': 'delete', 'name': SLICE_GATE}]}}
     if node is not None:
         required = ((((pod.get('spec') or {}).get('affinity') or {}).get('nodeAffinity') or {})
@@ -186,19 +190,10 @@ def release_patch(pod, node=None):
         terms = [dict(term, matchFields=list(term.get('matchFields') or []) + [pinned])
                  for term in required.get('nodeSelectorTerms') or []] or [{'matchFields': [pinned]}]
         patch['spec']['affinity'] = {'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {'nodeSelectorTerms': terms}}}
+        patch['metadata'] = {'annotations': {PIN_ANNOTATION: node}}
     return patch
 
 
 def pinned_node(pod):
-    """The node :func:`release_patch` narrowed ``pod``'s affinity to: the one name that every term of its required node
-    affinity matches by ``metadata.name In [node]``; None when the terms name no single node."""
-    required = ((((pod.get('spec') or {}).get('affinity') or {}).get('nodeAffinity') or {})
-                .get('requiredDuringSchedulingIgnoredDuringExecution') or {})
-    names = set()
-    for term in required.get('nodeSelectorTerms') or []:
-        values = [tuple(f.get('values') or ()) for f in term.get('matchFields') or []
-                  if f.get('key') == 'metadata.name' and f.get('operator') == 'In']
-        if len(values) != 1 or len(values[0]) != 1:
-            return None
-        names.add(values[0][0])
-    return names.pop() if len(names) == 1 else None
+    """The node :func:`release_patch` pinned ``pod`` to (its annotation :data:`PIN_ANNOTATION`), or None."""
+    return ((pod.get('metadata') or {}).get('annotations') or {}).get(PIN_ANNOTATION) or None

@@ -121,6 +121,9 @@ DEFAULTS = {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retr
 # The pods not finished: waiting ones and those holding devices. A pod that ends (Succeeded, Failed) leaves the
 # selection and comes as DELETED, as a deleted one does (the apiserver's cacher, cache_watcher.go).
 FIELD_SELECTOR = 'status.phase!=Succeeded,status.phase!=Failed'
+# The gated queue decides once for the changes of this many seconds (a list, a burst of pods): each decision reads every
+# gated pod and GPU.
+GATED_BATCH = 0.1
 # Pages of a list: client-go's pager asks for 500 objects a page (tools/pager/pager.go, defaultPageSize).
 PAGE_SIZE = 500
 
@@ -277,8 +280,12 @@ class Watched(object):
             self.wake_gated.set()
         return self.gated
 
+    def _owned(self, pod):
+        return self.gated is not None and self.gated.owns(pod)
+
     def update(self, pod, now, deleted=False):
-        self.demand.update(pod, now, deleted)
+        # A pod the gated queue pinned waits for its instance there, not on the full path.
+        self.demand.update(pod, now, deleted or self._owned(pod))
         if self._woken():
             self.gated.update_pod(pod, deleted)
 
@@ -288,7 +295,7 @@ class Watched(object):
             self.gated.update_node(node, time.time(), deleted)
 
     def replace_all(self, pods, now):
-        self.demand.replace_all(pods, now)
+        self.demand.replace_all([pod for pod in pods if not self._owned(pod)], now)
         if self._woken():
             self.gated.replace_pods(pods)
 
@@ -308,6 +315,7 @@ async def _drive_gated(queue, gated, wake, session, conn):
             await asyncio.wait_for(wake.wait(), timeout=gated.seconds_until_due(time.time()))
         except asyncio.TimeoutError:
             pass
+        await asyncio.sleep(GATED_BATCH)
         wake.clear()
         for action in gated.take_actions(time.time()):
             if 'event' in action:

@@ -33,11 +33,13 @@ def gated(name, profile='1g.10gb', count='1', created=None, **extra):
 
 def patched(obj, node):
     """``obj`` as the API server has it after the source's patch (gate gone, affinity narrowed to ``node``)."""
-    patch = release_patch(obj, node)['spec']
+    patch = release_patch(obj, node)
     spec = dict(obj['spec'], schedulingGates=[g for g in obj['spec']['schedulingGates'] if g['name'] != SLICE_GATE])
-    if 'affinity' in patch:
-        spec['affinity'] = patch['affinity']
-    return dict(obj, spec=spec)
+    if 'affinity' in patch['spec']:
+        spec['affinity'] = patch['spec']['affinity']
+    metadata = dict(obj['metadata'], annotations=dict(obj['metadata'].get('annotations') or {},
+                                                      **(patch.get('metadata') or {}).get('annotations', {})))
+    return dict(obj, metadata=metadata, spec=spec)
 
 
 def watching(nodes, pods, options=None):
@@ -130,6 +132,16 @@ def test_a_pod_nobody_serves_is_released_after_the_wait_with_its_reason():
     assert release['action'] == 'release' and release['pod'] == 'team-a/a'
     assert 'no idle instance and no free slices' in release['reason']
     assert actions(demand, CREATED + 601) == []   # told once
+
+
+def test_a_pinned_pod_is_the_queues_until_it_binds_and_a_pod_its_author_pinned_is_not():
+    demand = GatedDemand(token='t')
+    pinned = patched(gated('a'), 'node-1')
+    assert demand.owns(pinned) and not demand.owns(gated('a'))
+    assert not demand.owns(dict(pinned, spec=dict(pinned['spec'], nodeName='node-1')))
+    authored = gated('b')
+    authored['spec'] = dict(authored['spec'], schedulingGates=[], affinity=pinned['spec']['affinity'])
+    assert not demand.owns(authored)
 
 
 def test_a_pod_the_queue_cannot_decide_is_released_at_once_with_why():

@@ -97,6 +97,9 @@ def test_the_release_patch_deletes_only_the_slice_gate_and_pins_a_pod_without_af
     patch = gate.release_patch(pod('a'), 'gpu-a')
     assert patch['spec']['affinity'] == {'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {
         'nodeSelectorTerms': [{'matchFields': [{'key': 'metadata.name', 'operator': 'In', 'values': ['gpu-a']}]}]}}}
+    # The source's record of its pin: a pod pinned this way is the gated queue's, not the full path's.
+    assert patch['metadata'] == {'annotations': {'gpufleet.mig/slice-node': 'gpu-a'}}
+    assert gate.pinned_node(dict(pod('a'), metadata=patch['metadata'])) == 'gpu-a' and gate.pinned_node(pod('a')) is None
 
 
 requirement = st.fixed_dictionaries({'key': st.sampled_from(['zone', 'pool', 'metadata.name']),

@@ -400,3 +400,24 @@ def test_the_source_pins_a_gated_pod_to_the_node_where_an_idle_instance_waits(ap
     assert path == '/api/v1/namespaces/team-a/pods/a' and body == source.release_patch(gated('a'), 'node-1')
     assert 'pinned team-a/a to node node-1' in caplog.text
     assert len(api.patches) == 1 and run.events == []   # a gated pod is no pending pod of the full path
+
+
+def test_a_pod_the_gated_queue_pinned_waits_for_it_not_for_the_full_path():
+    """Pinned, its gate gone, it is unschedulable until its node advertises the instance made for it: with the gated
+    queue it is no pending pod of the full path (which would plan for it again); once bound it is a holder as any."""
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import GatedDemand
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_demand import PendingDemand
+    from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_gated_demand import gated, patched
+    waiting = patched(gated('a'), 'node-1')
+    waiting['status'] = pod('a')['status']   # the scheduler's Unschedulable: Insufficient nvidia.com/mig-1g.10gb
+    for with_queue, told in ((True, None), (False, ['team-a/a'])):
+        demand = PendingDemand(quiet_period=1, max_delay=5)
+        watched = source.Watched(demand, GatedDemand(token='t') if with_queue else None, asyncio.Event())
+        watched.replace_all([waiting], 0)
+        event = demand.take_event(10)
+        assert (event['mig_pending_pods']['new'] if event else None) == told
+    bound = dict(waiting, spec=dict(waiting['spec'], nodeName='node-1'), status={'phase': 'Running'})
+    demand = PendingDemand(quiet_period=1, max_delay=5)
+    watched = source.Watched(demand, GatedDemand(token='t'), asyncio.Event())
+    watched.update(bound, 0)
+    assert demand.holders == {'team-a/a'}
