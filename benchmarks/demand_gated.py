@@ -35,6 +35,7 @@ from demand_baselines import DraDynamicMig
 from demand_replay import POLICY, SIZE_CLASSES, Replay
 from demand_shipped import FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, FAST_QUIET_SECONDS, FAST_RUN_SECONDS, NODE_STATUS_SECONDS
 
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import SOURCE_OPTIONS
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
     DESTROY, RELEASE, SERVE, SMALLEST_FIRST, SPREAD, GatedOptions, GatedPod, GatedQueue)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeRoom
@@ -258,7 +259,7 @@ def policies(options):
     create-only run being the only one it starts; k8s/_gated_demand.SOURCE_OPTIONS), then one change each: the other
     release rule (idle instances kept), the other placement (spread) and the second queue order (smallest first)."""
     shipped = dict(release_after=options.release_after, destroy_after=options.destroy_after)
-    rows = [('(g) gated: as shipped', {}), ('(g) gated: no destroys', {'destroy_after': None, 'reshape': False}),
+    rows = [('(g) gated: as shipped', {}), ('(g) gated: no destroys', SOURCE_OPTIONS),
             ('(g) gated: keep idle', {'destroy_after': None}),
             ('(g) gated: spread', {'placement': SPREAD}), ('(g) gated: smallest first', {'order': SMALLEST_FIRST})]
     return [(label, gated_policy(label, **dict(shipped, **change))) for label, change in rows]

@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import GatedDemand, gated_pod
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import SLICE_GATE, pinned_node, release_patch
@@ -180,3 +182,29 @@ def test_an_annotation_this_version_cannot_read_leaves_the_node_alone():
 
 def test_the_annotation_is_the_one_playbooks_write():
     assert gpus_annotation('h1', {'gpus': [gpu(0, IDLE_1G)]}) == gpu_node(instances=IDLE_1G)['metadata']['annotations']['gpufleet.mig/gpus']
+
+
+@settings(max_examples=150, deadline=None)
+@given(idle=st.integers(0, 7), held=st.integers(0, 7), pods=st.lists(st.tuples(st.sampled_from([0, 10]), st.integers(0, 59)),
+                                                                    max_size=8),
+       late=st.booleans())
+def test_the_first_pods_in_queue_order_get_the_idle_instances_then_the_free_slices_the_rest_wait_or_are_released(idle, held, pods, late):
+    """One node, one profile: whatever the scene, the pods served (pinned or in a create run) are exactly the first in
+    kube-scheduler's order (priority, then creation, then name), as many as idle instances and free slices allow; no
+    instance is given twice; the others wait, or are released once older than the wait, each told once."""
+    held = min(held, idle)
+    instances = tuple(('1g.10gb', start, ['other/held-%d' % start] if start < held else []) for start in range(idle))
+    gated_pods = [gated('p%d' % number, created='2026-12-03T22:01:%02dZ' % second, priority=priority)
+                  for number, (priority, second) in enumerate(pods)]
+    demand = watching([gpu_node(instances=instances)], gated_pods, GatedOptions(release_after=600, destroy_after=None, reshape=False))
+    got = demand.take_actions(CREATED + (1000 if late else 10))
+    order = sorted(gated_pods, key=lambda p: (-p['spec']['priority'], p['metadata']['creationTimestamp'], p['metadata']['name']))
+    room = (idle - held) + (7 - idle)
+    served = [a['pod'] for a in got if a['action'] == 'pin']
+    served += [p for a in got if a['action'] == 'create' for p in a['event']['mig_demand_create']['pods']]
+    assert sorted(served) == sorted('team-a/' + p['metadata']['name'] for p in order[:room])
+    assert len([a for a in got if a['action'] == 'pin']) <= idle - held
+    assert sum(n for a in got if a['action'] == 'create' for n in a['event']['mig_demand_create']['gpus']['0'].values()) <= 7 - idle
+    released = [a['pod'] for a in got if a['action'] == 'release']
+    assert sorted(released) == (sorted('team-a/' + p['metadata']['name'] for p in order[room:]) if late else [])
+    assert len(set(a['pod'] for a in got if 'pod' in a) | set(served)) == len(served) + len(released)
