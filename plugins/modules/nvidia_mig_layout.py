@@ -460,6 +460,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record imp
     record_persistence,
     resolve_failure,
 )
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._systemd import SystemctlError, Systemd
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, deferred_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
@@ -468,100 +469,10 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._errors import Gpufle
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
-    ModuleFailure,
     nvml_session,
     read_pod_resources,
     run_module,
 )
-
-
-class SystemctlError(ModuleFailure):
-    """A systemctl call failed; the message names the call, its exit status and its output."""
-
-
-class Systemd(object):
-    """The few systemctl calls the module makes, as argument lists; a no-op where systemd does not run.
-
-    ``wanted``: the systemd option; None detects it (systemctl on PATH and systemd managing the host,
-    _host_files.systemd_runs). ``may_call``: whether this run may call systemctl at all: an apply, not check mode.
-    A decision (apply=false) and check mode never do, whatever ``wanted`` says: they read what systemctl would
-    answer from the unit links and the running units' ids on disk (_host_files), so that a read-only run never
-    needs it; :meth:`missing` is the one line an apply fails with where it is missing.
-    A failed call raises SystemctlError rather than calling fail_json, so that the GPU clients stopped
-    for a change are still started again on the way out.
-    """
-
-    def __init__(self, module, wanted, may_call, unit_folders=()):
-        self.module = module
-        self.command = module.get_bin_path('systemctl')
-        self.enabled = wanted if wanted is not None else bool(self.command) and _host_files.systemd_runs()
-        self.may_call = may_call
-        self.usable = self.enabled and bool(self.command) and may_call
-        self.unit_folders = tuple(unit_folders) + tuple(f for f in _host_files.UNIT_FOLDERS if f not in unit_folders)
-
-    def missing(self):
-        """Why an apply cannot run with systemd=true here (no systemctl on PATH), or None."""
-        if self.enabled and not self.command:
-            return ('systemd=true but systemctl is not on this host\'s PATH: an apply stops the GPU clients and enables '
-                    'the boot unit with it; on a host without systemd set systemd=false (the mig_layout role: '
-                    'mig_layout_systemd: false), or leave it unset to detect systemd')
-        return None
-
-    def _run(self, *args):
-        if not self.may_call:
-            # A guard, not a path: every caller checks usable first.
-            raise SystemctlError('a read-only run called systemctl %s' % ' '.join(args))
-        return self.module.run_command([self.command] + list(args))
-
-    def is_active(self, unit):
-        if self.enabled and not self.may_call:
-            return _host_files.unit_running_on_disk(unit)
-        return self.usable and self._run('is-active', '--quiet', unit)[0] == 0
-
-    def is_enabled(self, unit):
-        if self.enabled and not self.may_call:
-            return _host_files.unit_enabled_on_disk(unit, self.unit_folders)
-        return self.usable and self._run('is-enabled', '--quiet', unit)[0] == 0
-
-    def _failure(self, args):
-        """The error of ``systemctl <args>``, or None when it succeeded."""
-        rc, out, err = self._run(*args)
-        if rc == 0:
-            return None
-        return 'systemctl %s failed (rc=%d): %s' % (' '.join(args), rc, ' '.join((err or out).split()))
-
-    def must(self, *args):
-        failure = self._failure(args)
-        if failure:
-            raise SystemctlError(failure)
-
-    @contextlib.contextmanager
-    def stopped(self, units):
-        """Stop the running units among ``units`` for the duration; start every one again even on failure.
-
-        A start that fails does not keep the others stopped: all are tried, then the failures are
-        raised together, after the error that ended the change, if any.
-        """
-        stopped = []
-        original = None
-        try:
-            for unit in units:
-                if self.is_active(unit):
-                    self.must('stop', unit)
-                    stopped.append(unit)
-            yield stopped
-        except Exception as exc:
-            original = exc
-            raise
-        finally:
-            failures = []
-            for unit in reversed(stopped):
-                failure = self._failure(('start', unit))
-                if failure:
-                    failures.append(failure)
-            if failures:
-                first = '%s; then ' % original if original is not None else ''
-                raise SystemctlError('%sstarting the stopped GPU clients again failed: %s' % (first, '; '.join(failures)))
 
 
 def configs_of(config):
@@ -625,7 +536,7 @@ def refresh_metrics(module, host, paths, request):
 def other_owners(module, systemd):
     if module.params['allow_other_owner']:
         return []
-    return [unit for unit in module.params['other_owner_units'] if systemd.is_active(unit) or systemd.is_enabled(unit)]
+    return systemd.running_or_enabled(module.params['other_owner_units'])
 
 
 def diff_of(decision, after):
@@ -658,8 +569,8 @@ def main_body(module):
     problems = layout_problems(configs, skip=params['name'])
     paths = paths_of(params)
     # Only a change calls systemctl (clients stopped, units enabled); a decision or check mode reads the disk instead.
-    systemd = Systemd(module, params['systemd'], may_call=params['apply'] and not module.check_mode,
-                      unit_folders=(params['systemd_dir'],))
+    systemd = Systemd(module.get_bin_path('systemctl'), module.run_command, params['systemd'],
+                      may_call=params['apply'] and not module.check_mode, unit_folders=(params['systemd_dir'],))
 
     request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
                             evict=params['evict'], drain=params['drain'], defer_pending=params['defer_pending'],
