@@ -463,7 +463,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record imp
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._systemd import SystemctlError, Systemd
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, deferred_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_configs, validate_document
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_file_or_configs
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import NothingMatchedError
 from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
@@ -473,13 +473,6 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
     read_pod_resources,
     run_module,
 )
-
-
-def configs_of(config):
-    """The validated layouts of the config option: a whole mig-parted file or its mig-configs mapping."""
-    if 'mig-configs' in config or isinstance(config.get('version'), str):
-        return validate_document(config)
-    return validate_configs(config)
 
 
 def paths_of(params):
@@ -564,7 +557,7 @@ def main_body(module):
     if params['persistence_only'] and not (params['apply'] and params['create_only'] is None):
         module.fail_json(msg='persistence_only installs the boot persistence of a host in the layout: set apply=true and no '
                              'create_only with it')
-    configs = configs_of(params['config'])
+    configs = validate_file_or_configs(params['config'])
     entries = check_layout(configs, params['name'])
     problems = layout_problems(configs, skip=params['name'])
     paths = paths_of(params)
