@@ -444,28 +444,12 @@ expected_device_ids:
       index: ["1"]
 '''
 
-import contextlib
-import os
-import sys
-
 from ansible.module_utils.basic import AnsibleModule
 
 # First of the collection's imports: from the module's payload, the others are then compiled once each (_payload_import).
 from ansible_collections.gpufleet.mig.plugins.module_utils import _payload_import  # noqa: F401  pylint: disable=unused-import
-from ansible_collections.gpufleet.mig.plugins.module_utils.host import _boot_install, _host_files
-from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import DiffRecorder
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_record import (
-    metrics_content,
-    record_apply,
-    record_persistence,
-    resolve_failure,
-)
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._systemd import SystemctlError, Systemd
-from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_converge import LayoutRequest, converge, deferred_gpus
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations import expected_device_ids, node_resources, unread_pid_pods
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import check_layout, layout_problems, validate_file_or_configs
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import NothingMatchedError
-from ansible_collections.gpufleet.mig.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.mig.plugins.module_utils._diff_recorder import layout_run_diff
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_run import LayoutRun, LayoutRunFailure
 from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import (
     COMMON_ARGUMENT_SPEC,
     POD_RESOURCES_ARGUMENT_SPEC,
@@ -475,194 +459,17 @@ from ansible_collections.gpufleet.mig.plugins.module_utils._module_support impor
 )
 
 
-def paths_of(params):
-    return _host_files.HostPaths(params['config_dir'], params['lib_dir'], params['bin_dir'], params['systemd_dir'],
-                                 params['metrics_dir'], params['python'] or sys.executable, params['boot_environment'],
-                                 params['pod_resources_socket'] if params['pod_resources'] != 'off' else None)
-
-
-def keep_files(module, systemd, paths, request):
-    """Write the boot-time files that differ; on an apply, enable the units (a changed unit reloads systemd first).
-
-    Returns (the paths that changed, the boot persistence: ``pending`` units and ``error``). A decision writes no unit
-    file and enables nothing (that needs systemctl): the units that differ or are not enabled are ``pending``, for the
-    apply. An apply whose systemctl call fails keeps what it wrote and says why in ``error``: the GPUs are as the run
-    left them, only the boot persistence failed.
-    """
-    params = module.params
-    files = _boot_install.boot_files(paths, request, params['boot_persistence'], metrics_timer=bool(paths.metrics_dir))
-    units = []
-    if params['boot_persistence']:
-        units.append(_boot_install.LAYOUT_UNIT)
-    if systemd.enabled and paths.metrics_dir:
-        units.append(_boot_install.METRICS_TIMER)
-    persistence = dict(pending=[], error=None)
-    if systemd.enabled and units and not systemd.may_call:
-        unit_files = [item for item in files if os.path.dirname(item[0]) == paths.systemd_dir.rstrip('/')]
-        persistence['pending'] = sorted(set(os.path.basename(path) for path, content, dummy in unit_files
-                                            if _host_files.differs(path, content))
-                                        | set(unit for unit in units if not systemd.is_enabled(unit)))
-        if not module.check_mode:
-            files = [item for item in files if item not in unit_files]
-    changed = _host_files.sync(files, module.check_mode)
-    if systemd.usable and units and not module.check_mode:
-        try:
-            if any(path.startswith(paths.systemd_dir) for path in changed):
-                systemd.must('daemon-reload')
-            for unit in units:
-                if not systemd.is_enabled(unit):
-                    systemd.must('enable', '--now', unit) if unit.endswith('.timer') else systemd.must('enable', unit)
-                    changed.append('systemd:%s enabled' % unit)
-        except SystemctlError as exc:
-            persistence['error'] = str(exc)
-        record_persistence(paths.config_dir, request.name, persistence['error'], 'ansible')
-    return changed, persistence
-
-
-def refresh_metrics(module, host, paths, request):
-    """The metrics textfile for ``host`` as read (bookkeeping: never reported as a change)."""
-    if paths.metrics_dir and not module.check_mode:
-        content = metrics_content(host, request, paths.config_dir, request.pod_devices)
-        _host_files.sync([(paths.metrics_file, content, 0o644)], False)
-
-
-def other_owners(module, systemd):
-    if module.params['allow_other_owner']:
-        return []
-    return systemd.running_or_enabled(module.params['other_owner_units'])
-
-
-def diff_of(decision, after):
-    """Each GPU's mode and instances before, and as the apply left them (planned, without an apply)."""
-    diff = DiffRecorder()
-    final = dict((g.index, g) for g in (after.gpus if after else []))
-    for gpu in decision.gpus:
-        planned = gpu.as_dict()
-        end = final.get(gpu.index)
-        if end is not None:
-            after_mode, after_layout = end.gpu.mig_mode, end.as_dict()['before']
-        else:
-            after_mode, after_layout = gpu.mode.after, planned['after']
-        diff.mode(gpu.index, gpu.gpu.mig_mode.as_dict(), after_mode.as_dict())
-        diff.layout(gpu.index, planned['before'], after_layout, note=planned['note'])
-    return diff.as_dict()
-
-
 def main_body(module):
-    params = module.params
-    if params['evict'] and params['apply']:
-        module.fail_json(msg='evict decides the pods to evict and never applies: set apply=false with it')
-    if params['drain'] and not params['evict']:
-        module.fail_json(msg='drain names the pods to evict: set evict=true (and apply=false) with it')
-    if params['persistence_only'] and not (params['apply'] and params['create_only'] is None):
-        module.fail_json(msg='persistence_only installs the boot persistence of a host in the layout: set apply=true and no '
-                             'create_only with it')
-    configs = validate_file_or_configs(params['config'])
-    entries = check_layout(configs, params['name'])
-    problems = layout_problems(configs, skip=params['name'])
-    paths = paths_of(params)
-    # Only a change calls systemctl (clients stopped, units enabled); a decision or check mode reads the disk instead.
-    systemd = Systemd(module.get_bin_path('systemctl'), module.run_command, params['systemd'],
-                      may_call=params['apply'] and not module.check_mode, unit_folders=(params['systemd_dir'],))
-
-    request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
-                            evict=params['evict'], drain=params['drain'], defer_pending=params['defer_pending'],
-                            create_only=params['create_only'])
-    if params['apply'] and not module.check_mode and systemd.missing():
-        module.fail_json(msg=systemd.missing())
-    owners = other_owners(module, systemd)
-    if owners:
-        module.fail_json(msg='MIG is already managed by %s on this host; two owners would undo each other\'s layouts. Disable it, '
-                             'or set allow_other_owner if you know what you are doing.' % ', '.join(owners), other_owners=owners,
-                         gpus_changed=False)
-
-    # persistence_only: the GPUs are only decided on (never changed); the boot persistence is installed as by an apply.
-    apply = params['apply'] and not module.check_mode and not params['persistence_only']
-    clients = []
-    # Set once the GPUs are about to change (the clients are stopped, the first NVML mutation follows): a failure
-    # before it changed no GPU, which the role's hand-back needs to know (gpus_changed).
-    gpus_reached = []
-
-    @contextlib.contextmanager
-    def hold_clients():
-        with systemd.stopped(params['gpu_clients']) as stopped:
-            gpus_reached.append(True)
-            yield stopped
-            clients.extend(stopped)
-
-    with nvml_session(module, exclusive=not module.check_mode) as backend:
-        # Under the host lock, as the GPUs are read: what pods hold and what the GPUs hold are one snapshot that no
-        # other run of the collection changes before the plan is applied.
-        pod_devices, pod_status = read_pod_resources(module)
-        request.pod_devices = pod_devices or []
-        host = backend.read_host()
-        # Without pod-resources, the pods of running processes are still known from their cgroups.
-        request.pid_pods = unread_pid_pods(host, pod_devices)
-        try:
-            before, after, done, host = converge(backend, request, apply=apply, hold_clients=hold_clients, host=host)
-        except Exception as exc:  # recorded for the metrics, then reported by run_module
-            if apply:
-                record_apply(paths.config_dir, request.name, 'failed', 'ansible', str(exc))
-                refresh_metrics(module, backend.read_host(), paths, request)
-            if getattr(exc, 'gpus', None):
-                module.fail_json(msg=str(exc), gpu_states=exc.gpus, clients_stopped=clients,
-                                 gpus_changed=any(state['status'] in ('applied', 'failed') for state in exc.gpus))
-            if not gpus_reached and isinstance(exc, GpufleetError):
-                # Refused before any NVML change (a busy instance, a pod in the way): the host is exactly as it was.
-                # A layout that matches none of its GPUs names them (the rollout's pre-flight checks the fleet with them).
-                told = {'unmatched_gpus': exc.unmatched_gpus} if isinstance(exc, NothingMatchedError) else {}
-                module.fail_json(msg=str(exc), clients_stopped=clients, gpus_changed=False, **told)
-            raise
-        if params['persistence_only'] and not before.in_layout:
-            module.fail_json(msg='MIG layout %s: only its boot persistence was to be installed, but the GPUs no longer hold '
-                                 'it (they changed since the decision); nothing was changed' % request.name,
-                             gpus_changed=False)
-        deferred = deferred_gpus(done)
-        if done and not deferred:
-            record_apply(paths.config_dir, request.name, 'success', 'ansible')
-        elif before.in_layout and not module.check_mode:
-            # A no-op run (the role's decision on a host in the layout included) is a success too.
-            resolve_failure(paths.config_dir, request.name, 'ansible')
-        # The declared layout (and the boot unit that names it) becomes this one only once the host
-        # holds it or the apply brought it there (a mode pending a reboot included): after a decision
-        # alone, or a refused change, a reboot still applies the previous one.
-        files = []
-        persistence = dict(pending=[], error=None)
-        if (params['apply'] and not deferred) or before.in_layout:
-            files, persistence = keep_files(module, systemd, paths, request)
-            refresh_metrics(module, host, paths, request)
-    resources = node_resources(host)
-    expected_ids = expected_device_ids(host)
-    final = after or before
-    if persistence['error']:
-        # The GPUs hold what the run left them (last_apply.json says so); only the boot unit failed: a warning and
-        # its own record and metric (gpufleet_mig_boot_persistence_success), never a failed run.
-        module.warn('MIG layout %s %s, boot persistence failed: %s' % (
-            request.name, 'applied' if done else 'in layout', persistence['error']))
-    for gpu in before.unmatched:
-        module.warn('GPU %s (%s) is left as it is: %s' % (gpu['index'], gpu.get('name'), gpu['reason']))
-    output = dict(
-        changed=bool(done) or bool(files) or (module.check_mode and params['apply'] and not before.in_layout),
-        layout=request.name,
-        in_layout=final.in_layout,
-        reboot_required=final.reboot_required or bool(deferred),
-        gpus=[g.as_dict() for g in before.gpus],
-        actions=done,
-        unmatched_gpus=before.unmatched,
-        skipped_gpus=before.skipped,
-        layout_problems=problems,
-        files=files,
-        clients_stopped=clients,
-        pods_to_evict=before.pods_to_evict(),
-        eviction_reasons=before.eviction_reasons(),
-        pod_resources=dict(pod_status, allocations=pod_devices or [], pods=before.holders.pods()),
-        resources=resources,
-        expected_device_ids=expected_ids,
-        systemd=systemd.enabled,
-        persistence=persistence,
-    )
+    try:
+        run = LayoutRun(module.params, module.check_mode, module.get_bin_path('systemctl'), module.run_command)
+        with nvml_session(module, exclusive=not module.check_mode) as backend:
+            output, warnings, (before, after) = run.on_host(backend, *read_pod_resources(module))
+    except LayoutRunFailure as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    for warning in warnings:
+        module.warn(warning)
     if module._diff:
-        output['diff'] = diff_of(before, after)
+        output['diff'] = layout_run_diff(before, after)
     module.exit_json(**output)
 
 
