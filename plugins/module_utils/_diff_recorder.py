@@ -56,3 +56,20 @@ class DiffRecorder(object):
 
     def as_dict(self):
         return {'before': ''.join(line + '\n' for line in self.before), 'after': ''.join(line + '\n' for line in self.after)}
+
+
+def layout_run_diff(before, after):
+    """nvidia_mig_layout's diff: each GPU's mode and instances before, and as the apply left them (planned, without an
+    apply). ``before``, ``after``: _layout_converge's HostDecision before the change, and after it or None."""
+    diff = DiffRecorder()
+    final = dict((g.index, g) for g in (after.gpus if after else []))
+    for gpu in before.gpus:
+        planned = gpu.as_dict()
+        end = final.get(gpu.index)
+        if end is not None:
+            after_mode, after_layout = end.gpu.mig_mode, end.as_dict()['before']
+        else:
+            after_mode, after_layout = gpu.mode.after, planned['after']
+        diff.mode(gpu.index, gpu.gpu.mig_mode.as_dict(), after_mode.as_dict())
+        diff.layout(gpu.index, planned['before'], after_layout, note=planned['note'])
+    return diff.as_dict()

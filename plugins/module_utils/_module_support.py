@@ -24,10 +24,6 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_allocations 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pod_resources import PODS_UNREADABLE, PodResourcesUnavailable, list_pod_devices
 
 
-class ModuleFailure(GpufleetError):
-    """A module's own failure, raised where a fail_json would skip clean-up (e.g. starting stopped services again)."""
-
-
 # What pod_resources=off costs, for the messages that point to it.
 _OFF_HINT = ('pod_resources=off skips the kubelet (pods are then known only through the cgroups of running GPU processes, '
              'so an instance a pod holds without a running process looks idle)')

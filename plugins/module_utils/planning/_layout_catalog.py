@@ -9,8 +9,9 @@
 Pure Python: no NVML, no Ansible imports. docs/mig_layout.md lists every rule with the
 mig-parted source file it comes from. In short:
 
-- :func:`validate_document` / :func:`validate_configs`: a whole file is refused only for what
-  mig-parted refuses when it loads one (api/spec/v1/spec.go); the result is normalised.
+- :func:`validate_document` / :func:`validate_configs` (either, told apart: :func:`validate_file_or_configs`): a
+  whole file is refused only for what mig-parted refuses when it loads one (api/spec/v1/spec.go); the result is
+  normalised.
 - :func:`check_layout`: the layout being applied, strictly (profile names no GPU can have);
   :func:`layout_problems` reports the same for the other layouts without failing.
 
@@ -107,6 +108,14 @@ def validate_document(document):
     if 'mig-configs' not in document:
         return {}
     return validate_configs(document['mig-configs'])
+
+
+def validate_file_or_configs(config):
+    """A whole mig-parted file (a mapping with a ``mig-configs`` key, or a string ``version``) or its ``mig-configs``
+    mapping -> the normalised configs (nvidia_mig_layout's config option)."""
+    if 'mig-configs' in config or isinstance(config.get('version'), str):
+        return validate_document(config)
+    return validate_configs(config)
 
 
 def validate_configs(configs):

@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_cata
     layout_problems,
     validate_configs,
     validate_document,
+    validate_file_or_configs,
 )
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_keys import concrete_instances, shape_name
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_matching import choose_entry, match_gpus, memory_slices_of, parse_device_id
@@ -109,6 +110,19 @@ def test_documents_mig_parted_refuses(document, reason):
     with pytest.raises(LayoutConfigError) as exc:
         validate_document(document)
     assert reason in str(exc.value)
+
+
+def test_the_config_option_is_a_whole_file_or_its_mig_configs_mapping():
+    """A mig-configs key or a string version makes a whole file (so a wrong version is told); else the mapping,
+    where a layout may even be named version."""
+    layouts = {'night': [entry()]}
+    assert validate_file_or_configs(doc(night=[entry()])) == validate_configs(layouts)
+    assert validate_file_or_configs(layouts) == validate_configs(layouts)
+    assert validate_file_or_configs({'version': [entry()]}) == validate_configs({'version': [entry()]})
+    with pytest.raises(LayoutConfigError, match="unsupported mig-parted config version 'v2'"):
+        validate_file_or_configs({'version': 'v2', 'night': [entry()]})
+    with pytest.raises(LayoutConfigError, match="no 'version' field"):
+        validate_file_or_configs({'mig-configs': layouts})
 
 
 def test_layout_names_are_any_yaml_key_as_mig_parted_reads_them():

@@ -23,8 +23,9 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._gpu_selection i
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._host_lock import LockPermissionDenied, LockTimeout, UnsafeLockPath
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._layout_catalog import LayoutConfigError
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._plan_executor import ApplyError
+from ansible_collections.gpufleet.mig.plugins.module_utils.host._systemd import SystemctlError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_planner import PlanningError
-from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import ModuleFailure, run_module
+from ansible_collections.gpufleet.mig.plugins.module_utils._module_support import run_module
 from ansible_collections.gpufleet.mig.plugins.modules import nvidia_mig_facts, nvidia_mig_instance, nvidia_mig_mode, nvidia_mig_repack
 from ansible_collections.gpufleet.mig.tests.support.simulator import SIMULATOR_ENV
 from ansible_collections.gpufleet.mig.tests.unit.conftest import mutating_calls
@@ -568,7 +569,7 @@ class _Module(object):
     LockTimeout('held by another run'),
     UnsafeLockPath('/run/gpufleet-mig is world-writable'),
     LockPermissionDenied('the lock is root\'s'),
-    ModuleFailure('starting nvidia-dcgm failed'),
+    SystemctlError('systemctl start nvidia-dcgm.service failed (rc=1): Job for nvidia-dcgm.service failed.'),
 ])
 def test_a_failure_that_explains_itself_is_reported_in_one_line_without_a_traceback(error):
     assert isinstance(error, GpufleetError)
