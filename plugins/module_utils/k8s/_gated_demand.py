@@ -186,6 +186,9 @@ class GatedDemand(object):
         """The actions due now (see the module's docstring), in the queue's order; pins of created runs first."""
         if self.listed != {'pods', 'nodes'}:
             return []
+        if not (self.created or self.runs or self.pinned or any(has_gate(p) or self.owns(p) for p in self.pods.values())):
+            self.next_deadline = None
+            return []   # nothing gated (a cluster without the slice gate): no decision to take
         actions = []
         for key, node in self.created:
             if key in self.pods and has_gate(self.pods[key]) and key not in self.pinned:

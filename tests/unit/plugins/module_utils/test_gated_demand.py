@@ -208,3 +208,10 @@ def test_the_first_pods_in_queue_order_get_the_idle_instances_then_the_free_slic
     released = [a['pod'] for a in got if a['action'] == 'release']
     assert sorted(released) == (sorted('team-a/' + p['metadata']['name'] for p in order[room:]) if late else [])
     assert len(set(a['pod'] for a in got if 'pod' in a) | set(served)) == len(served) + len(released)
+
+
+def test_a_cluster_without_gated_pods_costs_no_decision(monkeypatch):
+    bound = pod('bound', {'nvidia.com/mig-1g.10gb': '1'}, node_name='node-1', scheduled=('True', ''), phase='Running')
+    demand = watching([gpu_node(instances=IDLE_1G)], [bound, pod('plain')])
+    monkeypatch.setattr('ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand.GatedQueue', None)
+    assert demand.take_actions(CREATED + 10) == [] and demand.seconds_until_due(CREATED + 10) is None
