@@ -46,7 +46,7 @@ RESTART_HOURS = 6.0
 class GatedReplay(Replay):
     """(g): the gated pods decided by GatedQueue (see the module's docstring)."""
 
-    label = '(g) gated: as shipped'
+    label = '(g) gated: destroy after 2 s'
     gated_options = GatedOptions()
 
     def __init__(self, requests, options, seed):
@@ -259,7 +259,7 @@ def policies(options):
     create-only run being the only one it starts; k8s/_gated_demand.SOURCE_OPTIONS), then one change each: the other
     release rule (idle instances kept), the other placement (spread) and the second queue order (smallest first)."""
     shipped = dict(release_after=options.release_after, destroy_after=options.destroy_after)
-    rows = [('(g) gated: as shipped', {}), ('(g) gated: no destroys', SOURCE_OPTIONS),
+    rows = [('(g) gated: destroy after 2 s', {}), ('(g) gated: the source today', SOURCE_OPTIONS),
             ('(g) gated: keep idle', {'destroy_after': None}),
             ('(g) gated: spread', {'placement': SPREAD}), ('(g) gated: smallest first', {'order': SMALLEST_FIRST})]
     return [(label, gated_policy(label, **dict(shipped, **change))) for label, change in rows]
