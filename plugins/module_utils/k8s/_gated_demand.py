@@ -122,6 +122,10 @@ class GatedDemand(object):
         full demand path leaves it alone: its instance is made or reserved here."""
         return not has_gate(pod) and pinned_node(pod) is not None and not (pod.get('spec') or {}).get('nodeName')
 
+    def patch_failed(self, key):
+        """The patch that pinned or released ``key`` failed: the pod is decided again."""
+        self.pinned.pop(key, None)
+
     def replace_pods(self, pods):
         self.pods, self.pinned = {}, {}
         for pod in pods:

@@ -308,8 +308,6 @@ class Watched(object):
 async def _drive_gated(queue, gated, wake, session, conn):
     """The gated queue's actions when due: pods pinned to a node or released by a patch, create runs put on the queue.
     A patch that fails is logged and its pod decided again at the next change."""
-    import aiohttp  # a dependency of ansible-rulebook, where this source runs
-
     while True:
         try:
             await asyncio.wait_for(wake.wait(), timeout=gated.seconds_until_due(time.time()))
@@ -324,12 +322,16 @@ async def _drive_gated(queue, gated, wake, session, conn):
                          json.dumps(change['gpus'], sort_keys=True), ', '.join(change['pods']))
                 await queue.put(action['event'])
                 continue
-            node = action['node'] if action['action'] == PIN else None
+            node, pod = action['node'] if action['action'] == PIN else None, gated.pods.get(action['pod'])
+            if pod is None:
+                continue   # deleted while an earlier patch was under way
             try:
-                await release_gated_pod(session, conn, gated.pods[action['pod']], node)
-            except (ApiRefusal, aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-                LOG.warning('mig_pending_pods: cannot take the slice gate off %s (%s)', action['pod'], str(exc)[:200])
-                gated.pinned.pop(action['pod'], None)
+                await release_gated_pod(session, conn, pod, node)
+            except Exception as exc:  # pylint: disable=broad-except
+                # Never end while the rulebook runs: a refused or failed patch leaves the pod to the next decision.
+                LOG.warning('mig_pending_pods: cannot take the slice gate off %s (%s: %s)', action['pod'],
+                            type(exc).__name__, str(exc)[:200])
+                gated.patch_failed(action['pod'])
                 continue
             LOG.info('mig_pending_pods: %s', 'pinned %s to node %s' % (action['pod'], node) if node else
                      'released %s to kube-scheduler: %s' % (action['pod'], action['reason']))

@@ -421,3 +421,23 @@ def test_a_pod_the_gated_queue_pinned_waits_for_it_not_for_the_full_path():
     watched = source.Watched(demand, GatedDemand(token='t'), asyncio.Event())
     watched.update(bound, 0)
     assert demand.holders == {'team-a/a'}
+
+
+def test_a_failed_pin_is_logged_and_the_pod_decided_again_at_the_next_change(api, tmp_path, caplog, monkeypatch):
+    from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_fast_path import gpu_node
+    from ansible_collections.gpufleet.mig.tests.unit.plugins.module_utils.test_gated_demand import IDLE_1G, gated
+    caplog.set_level(logging.INFO)
+    real, calls = source.release_gated_pod, []
+
+    async def refused_once(session, conn, pod, node=None):
+        calls.append(pod['metadata']['name'])
+        if len(calls) == 1:
+            raise RuntimeError('injected')
+        return await real(session, conn, pod, node)
+    monkeypatch.setattr(source, 'release_gated_pod', refused_once)
+    api.put_node(gpu_node(instances=IDLE_1G))
+    api.put(gated('a'))
+    run = Run(api, tmp_path, gated=True)
+    run([(nothing, lambda: calls), (lambda: api.put(pod('other', {'cpu': '1'})), lambda: api.patches)])
+    assert 'cannot take the slice gate off team-a/a (RuntimeError: injected)' in caplog.text
+    assert calls == ['a', 'a'] and api.patches[0][0] == '/api/v1/namespaces/team-a/pods/a'
