@@ -185,9 +185,8 @@ def test_the_annotation_is_the_one_playbooks_write():
 
 
 @settings(max_examples=150, deadline=None)
-@given(idle=st.integers(0, 7), held=st.integers(0, 7), pods=st.lists(st.tuples(st.sampled_from([0, 10]), st.integers(0, 59)),
-                                                                    max_size=8),
-       late=st.booleans())
+@given(idle=st.integers(0, 7), held=st.integers(0, 7),
+       pods=st.lists(st.tuples(st.sampled_from([0, 10]), st.integers(0, 59)), max_size=8), late=st.booleans())
 def test_the_first_pods_in_queue_order_get_the_idle_instances_then_the_free_slices_the_rest_wait_or_are_released(idle, held, pods, late):
     """One node, one profile: whatever the scene, the pods served (pinned or in a create run) are exactly the first in
     kube-scheduler's order (priority, then creation, then name), as many as idle instances and free slices allow; no
