@@ -56,6 +56,31 @@ def slim_node(node):
             'status': {'allocatable': dict((node.get('status') or {}).get('allocatable') or {})}}
 
 
+def run_outcome(node):
+    """The outcome a create run wrote on ``node`` (its annotation gpufleet.mig/demand-create: run, result, reason), {}
+    when it has none or not one this version reads."""
+    text = ((node.get('metadata') or {}).get('annotations') or {}).get(CREATE_ANNOTATION)
+    try:
+        outcome = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return outcome if isinstance(outcome, dict) else {}
+
+
+def bound_profiles(pods):
+    """{node: {profile: count}} of the MIG devices the ``pods`` (slim pods, :func:`slim_pod`) bound to each node hold."""
+    held = {}
+    for pod in pods:
+        spec = pod['spec']
+        if not spec.get('nodeName') or pod['status'].get('phase') in ('Succeeded', 'Failed'):
+            continue
+        counts = held.setdefault(spec['nodeName'], {})
+        for resource, count in pod_mig_resources(spec).items():
+            profile = profile_of_resource(resource)
+            counts[profile] = counts.get(profile, 0) + count
+    return held
+
+
 class FastPath(object):
     """Create-only demand decided here, from the pods and the GPU nodes this source watches (docs/eda.md).
 
@@ -117,13 +142,8 @@ class FastPath(object):
                 self.nodes[name] = slim_node(node)
             except DemandPlanError as exc:
                 LOG.warning('mig_pending_pods: node %s: %s; no fast path there', name, exc)
-        outcome = {}
-        if not deleted and annotations.get(CREATE_ANNOTATION):
-            try:
-                outcome = json.loads(annotations[CREATE_ANNOTATION])
-            except ValueError:
-                outcome = {}
-        run = outcome.get('run') if isinstance(outcome, dict) else None
+        outcome = {} if deleted else run_outcome(node)
+        run = outcome.get('run')
         if deleted:
             ended = [r for r, n in self.runs.items() if n == name]
         else:
@@ -176,15 +196,7 @@ class FastPath(object):
     def held_by_node(self, pending):
         """{node: {profile: count}} the pods bound to each node hold, and the pods of this path's created runs on
         their way there (their instances exist, not yet allocated): none of these instances is free."""
-        held = {}
-        for key in sorted(self.pods):
-            spec = self.pods[key]['spec']
-            if not spec.get('nodeName') or self.pods[key]['status'].get('phase') in ('Succeeded', 'Failed'):
-                continue
-            counts = held.setdefault(spec['nodeName'], {})
-            for resource, count in pod_mig_resources(spec).items():
-                profile = profile_of_resource(resource)
-                counts[profile] = counts.get(profile, 0) + count
+        held = bound_profiles(self.pods[key] for key in sorted(self.pods))
         for key in sorted(self.in_flight):
             if key in pending and self.in_flight[key][0] not in self.runs:
                 counts = held.setdefault(self.in_flight[key][2], {})

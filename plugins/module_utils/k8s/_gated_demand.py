@@ -33,16 +33,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import calendar
-import json
 import logging
 import os
 import time
 
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import FAST_EVENT_KEY, slim_node, slim_pod
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import (
+    FAST_EVENT_KEY, bound_profiles, run_outcome, slim_node, slim_pod)
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key, pod_mig_resources
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import PIN_ANNOTATION, has_gate, pinned_node
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
-    CREATE_ANNOTATION, GPUS_ANNOTATION, read_gpus_annotation, with_holders)
+    GPUS_ANNOTATION, read_gpus_annotation, with_holders)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import layout_with_creates
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
@@ -111,8 +111,9 @@ class GatedDemand(object):
             return
         slim = slim_pod(pod)
         slim['spec']['schedulingGates'] = list((pod.get('spec') or {}).get('schedulingGates') or [])
-        if pinned_node(pod):
-            slim['metadata']['annotations'] = {PIN_ANNOTATION: pinned_node(pod)}
+        node = pinned_node(pod)
+        if node:
+            slim['metadata']['annotations'] = {PIN_ANNOTATION: node}
         self.pods[key] = slim
         if key in self.pinned and not has_gate(slim):
             del self.pinned[key]   # the watch shows the patch: the pod says where it goes
@@ -144,10 +145,7 @@ class GatedDemand(object):
                 self.nodes[name] = slim_node(node)
             except DemandPlanError as exc:
                 LOG.warning('mig_pending_pods: node %s: %s; the gated queue leaves it alone', name, exc)
-        try:
-            outcome = json.loads(annotations.get(CREATE_ANNOTATION) or '{}')
-        except ValueError:
-            outcome = {}
+        outcome = {} if deleted else run_outcome(node)
         ended = [r for r, run in self.runs.items() if run[0] == name and (deleted or outcome.get('run') == r)]
         for run_id in ended:
             dummy, dummy2, pods = self.runs.pop(run_id)
@@ -173,19 +171,6 @@ class GatedDemand(object):
             times.append(self.next_deadline)
         return max(0.0, min(times) - now) if times else None
 
-    def _bound_profiles(self):
-        """{node: {profile: count}} of the MIG devices the pods bound to each node hold."""
-        held = {}
-        for pod in self.pods.values():
-            node = pod['spec'].get('nodeName')
-            if node and pod['status'].get('phase') not in ('Succeeded', 'Failed'):
-                counts = held.setdefault(node, {})
-                for name, count in pod_mig_resources(pod['spec']).items():
-                    profile = profile_of_resource(name)
-                    if profile:
-                        counts[profile] = counts.get(profile, 0) + count
-        return held
-
     def take_actions(self, now):
         """The actions due now (see the module's docstring), in the queue's order; pins of created runs first."""
         if self.listed != {'pods', 'nodes'}:
@@ -206,7 +191,7 @@ class GatedDemand(object):
         busy = set(run[0] for run in self.runs.values())
         in_flight = set(key for run in self.runs.values() for key in run[2])
         bound = [p for p in self.pods.values() if p['spec'].get('nodeName')]
-        held = self._bound_profiles()
+        held = bound_profiles(self.pods.values())
         rooms, gpus = {}, {}
         for name in sorted(set(self.hosts) - busy):
             try:

@@ -214,3 +214,12 @@ def test_a_cluster_without_gated_pods_costs_no_decision(monkeypatch):
     demand = watching([gpu_node(instances=IDLE_1G)], [bound, pod('plain')])
     monkeypatch.setattr('ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand.GatedQueue', None)
     assert demand.take_actions(CREATED + 10) == [] and demand.seconds_until_due(CREATED + 10) is None
+
+
+def test_an_outcome_annotation_this_version_cannot_read_leaves_the_run_under_way():
+    demand = watching([gpu_node(instances=FULL_1G[:6])], [gated('a')])
+    demand.take_actions(CREATED + 10)
+    node = gpu_node(instances=FULL_1G[:6])
+    node['metadata']['annotations']['gpufleet.mig/demand-create'] = '["gated-t-1", "created"]'
+    demand.update_node(node, CREATED + 20)
+    assert actions(demand, CREATED + 20) == [] and list(demand.runs) == ['gated-t-1']
