@@ -11,11 +11,18 @@ What the replay does, as it ships:
   creation time), against the fleet plus the decisions under way.
 - ``serve`` (an idle instance of the pod's profile): the source narrows the pod's node affinity and removes the gate,
   one API call like the fast path's SIGHUP step (``FAST_PLUGIN_SECONDS``); kube-scheduler binds it at once.
-- ``create`` and ``reshape`` (idle instances destroyed first): a create-only run of the shipped fast path's shape in
+- ``create`` and ``reshape`` (idle instances destroyed first): a run of the shipped fast path's shape in
   ansible-rulebook's one queue (runs one at a time; the decisions one decide takes for one node share a run): the
-  instance exists ``FAST_CREATE_SECONDS`` after the run starts (GatedQueue.created), the gate goes, the device plugin
-  re-reads (``FAST_PLUGIN_SECONDS``) and the kubelet's next node status (every ``NODE_STATUS_SECONDS``, random phase)
-  advertises it: the pod is bound (GatedQueue.bound). The run ends ``FAST_RUN_SECONDS`` after its start.
+  instance exists ``FAST_CREATE_SECONDS`` after the run starts (GatedQueue.created), the device plugin re-reads
+  (``FAST_PLUGIN_SECONDS``) and the kubelet's next node status (every ``NODE_STATUS_SECONDS``, random phase) advertises
+  it; the run tells its outcome ``FAST_RUN_SECONDS`` after its start, the source then removes the gate, and the pod is
+  bound once both happened (GatedQueue.bound). From the decision to the outcome the node is busy: nothing is created
+  or destroyed there, and no pod of a profile its run destroys is served there (GatedQueue.guard's ``busy``, as
+  k8s/_gated_demand passes the nodes of its runs under way).
+- The destroy guard (planning/_destroy_guard.unsafe_destroys, GatedQueue.guard): no idle instance of a profile is
+  destroyed while a pod of that profile waits without its gate, released (any node) or pinned (its node). A pod is
+  admitted when it is bound here, so the guard's "bound, not admitted yet" never applies; the source's hold on releases
+  of a profile a run destroys (seconds, against a 30-minute wait) is not modelled.
 - A pod unserved for ``release_after`` is released: gate removed, kube-scheduler binds it to any free device of its
   profile (the device plugin's world; it may take one reserved for a pinned pod, which then waits pinned to its node:
   GatedQueue.bound says so). A pod that ends returns its instance (GatedQueue.ended); under the release rule
@@ -36,6 +43,7 @@ from demand_replay import POLICY, SIZE_CLASSES, Replay
 from demand_shipped import FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, FAST_QUIET_SECONDS, FAST_RUN_SECONDS, NODE_STATUS_SECONDS
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import SOURCE_OPTIONS
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._destroy_guard import MigPod, unsafe_destroys
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
     DESTROY, RELEASE, SERVE, SMALLEST_FIRST, SPREAD, GatedOptions, GatedPod, GatedQueue)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeRoom
@@ -46,8 +54,8 @@ RESTART_HOURS = 6.0
 class GatedReplay(Replay):
     """(g): the gated pods decided by GatedQueue (see the module's docstring)."""
 
-    label = '(g) gated: destroy after 2 s'
-    gated_options = GatedOptions()
+    label = '(g) gated: as shipped'
+    gated_options = GatedOptions(**SOURCE_OPTIONS)
 
     def __init__(self, requests, options, seed):
         super(GatedReplay, self).__init__(requests, options, seed)
@@ -55,7 +63,8 @@ class GatedReplay(Replay):
         self.ungated = {}        # request -> pinned node or None: the scheduler's (released, or pinned and waiting)
         self.given = {}          # request -> the decision it waits on
         self.actions = []        # ansible-rulebook's one queue: (node, decisions)
-        self.running = False
+        self.running = None      # the node of the run under way
+        self.busy = {}           # node -> the profiles its run (queued or under way) destroys
         self.restart_due = False
         self.by_name = dict((r.name, r) for r in self.requests)
 
@@ -83,11 +92,20 @@ class GatedReplay(Replay):
             elif self.ungated[request] is not None:
                 pinned.append(self.gated_pod(request, self.ungated[request]))
         self.given = {}
-        self.handle(self.queue.reconcile(dict((n, NodeRoom(n)) for n in self.nodes), self.facts(), gated, pinned, self.now))
+        self.handle(self.queue.reconcile(dict((n, NodeRoom(n)) for n in self.nodes), self.facts(), gated, pinned, self.now,
+                                         self.unsafe(), busy=self.busy))
+
+    def unsafe(self):
+        """The destroy guard's verdict over the pods waiting without their gate."""
+        return unsafe_destroys(MigPod(r.name, (r.profile,), pinned=node) for r, node in self.ungated.items() if r in self.waiting)
+
+    def sync(self):
+        """What the source tells the queue before it decides: the destroy guard and the busy nodes."""
+        self.queue.guard(self.unsafe(), self.busy)
 
     def restart(self):
         self.restart_due = True
-        if not self.running:
+        if self.running is None:
             self.restarted()
 
     def restarted(self):
@@ -106,6 +124,7 @@ class GatedReplay(Replay):
         self.at(self.now + self.gated_options.release_after, POLICY, self.decide)
 
     def decide(self):
+        self.sync()
         self.handle(self.queue.decide(self.now))
 
     def handle(self, decisions):
@@ -127,30 +146,38 @@ class GatedReplay(Replay):
                 runs.setdefault(decision.node, []).append(decision)
         for node in sorted(runs):
             self.actions.append((node, runs[node]))
+            self.busy[node] = set(p for d in runs[node] for dummy, p, dummy2 in d.destroys) | \
+                set(d.profile for d in runs[node] if d.action == DESTROY)
         self.next_run()
 
     def next_run(self):
-        if self.running:
+        if self.running is not None:
             return
         if not self.actions:
             if self.restart_due:
                 self.restarted()
             return
-        self.running = True
         self.runs += 1
         node, decisions = self.actions.pop(0)
+        self.running = node
         self.at(self.now + FAST_CREATE_SECONDS, POLICY, self.change, node, decisions)
         self.at(self.now + FAST_RUN_SECONDS, POLICY, self.run_ended)
 
     def run_ended(self):
-        self.running = False
+        """The run told its outcome: its node is decided on again (the source wakes on the Node's update)."""
+        node, self.running = self.running, None
+        if not any(queued == node for queued, dummy in self.actions):
+            self.busy.pop(node, None)
         self.next_run()
+        self.decide()
+        self.expire()
 
     def change(self, node, decisions):
         """The run's NVML changes, each GPU changed at once one reconfiguration. The run's guard reads the holders: a
         destroy of an instance a pod bound since is refused (GatedQueue.kept, or failed for a reshape)."""
         gpus = dict((g.index, g) for g in self.gpus if g.node == node)
         changed = set()
+        self.sync()
         for decision in decisions:
             gpu = gpus[decision.gpu]
             doomed = list(decision.destroys) + ([(decision.instance, decision.profile, decision.start)] if decision.action == DESTROY else [])
@@ -174,7 +201,8 @@ class GatedReplay(Replay):
             changed.add(gpu.index)
             self.queue.created(decision.pod, instance[0])
             request = self.by_name[decision.pod]
-            advertised = self.now + FAST_PLUGIN_SECONDS + self.rng.uniform(0.0, NODE_STATUS_SECONDS)
+            advertised = max(self.now + FAST_PLUGIN_SECONDS + self.rng.uniform(0.0, NODE_STATUS_SECONDS),
+                             self.now - FAST_CREATE_SECONDS + FAST_RUN_SECONDS)   # and the gate gone at the outcome
             if self.given.get(request) is decision:
                 self.ungated[request] = node   # the gate goes, the affinity names the node
                 self.at(advertised, POLICY, self.bind, request, decision)
@@ -201,6 +229,7 @@ class GatedReplay(Replay):
         self.waiting.remove(request)
         self.ungated.pop(request, None)
         self.at(request.running_at + request.hold, demand_replay.RELEASE, self.release, request)
+        self.sync()
         decisions = self.queue.bound(request.name, gpu.node, gpu.index, instance[0], self.now)
         for victim, decision in list(self.given.items()):   # a reservation an ungated pod took: pinned, waits again
             if self.queue.decided(victim.name) is not decision:
@@ -232,11 +261,13 @@ class GatedReplay(Replay):
         self.scheduler_retry()
 
     def released(self, request):
+        self.sync()
         self.handle(self.queue.ended(request.name, self.now))
         if self.gated_options.destroy_after is not None:
             self.at(self.now + self.gated_options.destroy_after, POLICY, self.expire)
 
     def expire(self):
+        self.sync()
         self.handle(self.queue.expire(self.now))
 
     def give_up(self, request):
@@ -245,6 +276,7 @@ class GatedReplay(Replay):
         if waiting:
             self.given.pop(request, None)
             self.ungated.pop(request, None)
+            self.sync()
             self.handle(self.queue.ended(request.name, self.now))
 
 
@@ -254,12 +286,11 @@ def gated_policy(label, **options):
 
 
 def policies(options):
-    """(label, factory) of the gated rows: as shipped (GatedOptions' defaults, the release wait and the destroy delay
-    as given), what the event source runs today (no destroys: neither the release rule's nor a reshape's, the
-    create-only run being the only one it starts; k8s/_gated_demand.SOURCE_OPTIONS), then one change each: the other
-    release rule (idle instances kept), the other placement (spread) and the second queue order (smallest first)."""
-    shipped = dict(release_after=options.release_after, destroy_after=options.destroy_after)
-    rows = [('(g) gated: destroy after 2 s', {}), ('(g) gated: the source today', SOURCE_OPTIONS),
+    """(label, factory) of the gated rows: as shipped (the event source's options, k8s/_gated_demand.SOURCE_OPTIONS,
+    with the release wait and the destroy delay as given), then one change each: the other release rule (idle
+    instances kept), the other placement (spread) and the second queue order (smallest first)."""
+    shipped = dict(SOURCE_OPTIONS, release_after=options.release_after, destroy_after=options.destroy_after)
+    rows = [('(g) gated: as shipped', {}),
             ('(g) gated: keep idle', {'destroy_after': None}),
             ('(g) gated: spread', {'placement': SPREAD}), ('(g) gated: smallest first', {'order': SMALLEST_FIRST})]
     return [(label, gated_policy(label, **dict(shipped, **change))) for label, change in rows]

@@ -169,6 +169,14 @@ options:
         A destroy, a MIG mode change, a reset or any other create fails before any GPU changes, naming what the GPUs
         would need (the free slices the decision was made on are gone). A host already in the layout changes nothing.
     type: dict
+  destroy_idle:
+    description:
+      - With O(create_only), the idle GPU instances the gated queue of the demand event source expects to destroy first,
+        in the same form (GPU index to the count of each profile). The change must then be exactly those destroys and
+        the creates; anything else fails before any GPU changes.
+      - An instance a pod holds (by device id, from pod-resources) or a process uses is never destroyed. The plan keeps
+        it, and the change then differs from the one expected and is refused.
+    type: dict
   persistence_only:
     description:
       - With O(apply=true), install only the boot persistence of a host that already holds the layout (its unit files,
@@ -496,6 +504,7 @@ def main():
         drain=dict(type='bool', default=False),
         defer_pending=dict(type='bool', default=False),
         create_only=dict(type='dict'),
+        destroy_idle=dict(type='dict'),
         persistence_only=dict(type='bool', default=False),
     )
     argument_spec.update(COMMON_ARGUMENT_SPEC)

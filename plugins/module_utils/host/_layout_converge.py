@@ -49,11 +49,12 @@ class LayoutRequest(object):
     ``defer_pending``: a GPU whose MIG mode change would stay pending until a reboot gets its mode set back at once
     (action ``revert_mig_mode``): nothing is left pending on it before the role has drained the node for the reboot.
     ``create_only``: {GPU index: {profile: count}}, the demand fast path's expected creates: a change that is anything
-    else is refused before any GPU changes (_demand_fast.create_refusal); None: no such limit.
+    else is refused before any GPU changes (:func:`create_refusal`); None: no such limit. ``destroy_idle``: with it, the
+    destroys of idle instances the gated queue expects too, {GPU index: {profile: count}}.
     """
 
     def __init__(self, name, entries, unmatched='ignore', allow_reset=True, pod_devices=None, pid_pods=None, evict=False,
-                 drain=False, defer_pending=False, create_only=None):
+                 drain=False, defer_pending=False, create_only=None, destroy_idle=None):
         self.name = name
         self.entries = entries
         self.unmatched = unmatched
@@ -64,6 +65,7 @@ class LayoutRequest(object):
         self.drain = drain
         self.defer_pending = defer_pending
         self.create_only = create_only
+        self.destroy_idle = destroy_idle
 
 
 class GpuDecision(object):
@@ -278,31 +280,50 @@ def in_layout_by_uuid(host, request):
     return result
 
 
-def create_refusal(decisions, expected):
-    """Why a host's change is not exactly the creates the fast path expects, or None.
+def create_refusal(decisions, expected, destroys=None):
+    """Why a host's change is not exactly the creates (and idle destroys) a demand run expects, or None.
 
     ``decisions``: each GPU's decision as nvidia_mig_layout returns it (index, actions, deferred); ``expected``:
-    {GPU index: {profile: count}} of GPU instances to create. Anything but those creates (a destroy, a mode change,
-    a reset, other creates, a GPU waiting for its mode) is refused: the free slices the decision was made on are
-    not there any more, and the full demand path decides again."""
-    wanted = dict((str(index), dict(counts)) for index, counts in (expected or {}).items())
-    found = {}
+    {GPU index: {profile: count}} of GPU instances to create; ``destroys``: the same of idle GPU instances to destroy
+    (the gated queue's reshape or release rule; None or empty: none). Anything else (another destroy, a mode change, a
+    reset, other creates, a GPU waiting for its mode) is refused: the slices the decision was made on are not as it saw
+    them, and the demand path decides again. A destroy of an instance a pod or process holds never reaches this check:
+    without ``evict`` the plan keeps such an instance or is refused naming it (_mig_planner.plan_gpu)."""
+    wanted = _counts(expected)
+    wanted_gone = _counts(destroys)
+    found, gone = {}, {}
     for gpu in decisions:
         index = str(gpu.get('index'))
         if gpu.get('deferred'):
             return 'GPU %s waits for a MIG mode change' % index
         for action in gpu.get('actions') or []:
             kind = action.get('action')
-            if kind == 'create_gpu_instance':
-                counts = found.setdefault(index, {})
+            if kind == 'create_compute_instance' or (kind == 'destroy_compute_instance' and wanted_gone):
+                continue   # part of its GPU instance's create or destroy
+            if kind == 'create_gpu_instance' or (kind == 'destroy_gpu_instance' and wanted_gone):
+                counts = (found if kind == 'create_gpu_instance' else gone).setdefault(index, {})
                 counts[action.get('profile')] = counts.get(action.get('profile'), 0) + 1
-            elif kind != 'create_compute_instance':
-                return 'GPU %s would need %s (%s), not only the creates expected' % (
-                    index, str(kind).replace('_', ' '), action.get('profile') or action.get('mode') or '')
+            else:
+                return 'GPU %s would need %s (%s), not only the %s expected' % (
+                    index, str(kind).replace('_', ' '), action.get('profile') or action.get('mode') or '',
+                    'creates and idle destroys' if wanted_gone else 'creates')
+    if gone != wanted_gone:
+        return 'the GPUs would lose %s, not the idle instances expected (%s): their instances changed since the decision' % (
+            json.dumps(gone, sort_keys=True), json.dumps(wanted_gone, sort_keys=True))
     if found != wanted:
         return 'the GPUs would get %s, not the creates expected (%s): the free slices changed since the decision' % (
             json.dumps(found, sort_keys=True), json.dumps(wanted, sort_keys=True))
     return None
+
+
+def _counts(expected):
+    """{GPU index as text: {profile: count}} without zero counts."""
+    counts = {}
+    for index, profiles in (expected or {}).items():
+        kept = dict((profile, count) for profile, count in (profiles or {}).items() if count)
+        if kept:
+            counts[str(index)] = kept
+    return counts
 
 
 @contextlib.contextmanager
@@ -323,9 +344,10 @@ def converge(backend, request, apply=True, hold_clients=None, host=None):
     host = host or backend.read_host()
     before = decide(host, request)
     if request.create_only is not None and not before.in_layout:
-        refusal = create_refusal([gpu.as_dict() for gpu in before.gpus], request.create_only)
+        refusal = create_refusal([gpu.as_dict() for gpu in before.gpus], request.create_only, request.destroy_idle)
         if refusal:
-            raise PlanningError('layout %s is not a create-only change here: %s' % (request.name, refusal))
+            raise PlanningError('layout %s is not a %s change here: %s' % (
+                request.name, 'create-only' if not request.destroy_idle else 'create and idle-destroy', refusal))
     if not apply or before.in_layout:
         return before, None, [], host
     if request.evict:

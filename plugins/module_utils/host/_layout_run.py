@@ -51,6 +51,8 @@ def option_problem(params):
     if params['persistence_only'] and not (params['apply'] and params['create_only'] is None):
         return ('persistence_only installs the boot persistence of a host in the layout: set apply=true and no '
                 'create_only with it')
+    if params['destroy_idle'] and params['create_only'] is None:
+        return 'destroy_idle names the idle instances a demand run expects to destroy: set create_only (may be {}) with it'
     return None
 
 
@@ -127,7 +129,7 @@ class LayoutRun(object):
                                unit_folders=(params['systemd_dir'],))
         self.request = LayoutRequest(params['name'], entries, unmatched=params['unmatched'], allow_reset=params['allow_reset'],
                                      evict=params['evict'], drain=params['drain'], defer_pending=params['defer_pending'],
-                                     create_only=params['create_only'])
+                                     create_only=params['create_only'], destroy_idle=params['destroy_idle'])
         if params['apply'] and not check_mode and self.systemd.missing():
             raise LayoutRunFailure(self.systemd.missing())
         owners = [] if params['allow_other_owner'] else self.systemd.running_or_enabled(params['other_owner_units'])

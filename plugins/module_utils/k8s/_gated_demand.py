@@ -18,12 +18,16 @@ passes). What comes out are actions for the source:
   the source removes the gate and narrows the pod's affinity to the node in one patch; kube-scheduler binds it.
 * ``release`` (pod, reason): nobody serves it and it waited ``release_after``: the gate goes, the pod is
   kube-scheduler's, the reason is logged.
-* ``create``: a mig_demand_create event (the create-only run of the fast path, the same playbook and guard) for the
-  instances decided on one host; its pods are pinned once the run says ``created``.
+* ``create``: a mig_demand_create event (the fast path's run, the same playbook and guard) for the changes decided on
+  one host: instances to create, and idle instances to destroy first (a reshape, or the release rule's destroys
+  ``destroy_after`` seconds after the pod that held one ended: planning/_destroy_guard.FreedInstances), its pods
+  pinned once the run says ``created``. The run destroys only idle instances (nvidia_mig_layout ``destroy_idle``: by
+  device id under the host lock), and an idle instance is decided destroyed only while no pod could be given it before
+  the run ends (planning/_destroy_guard.unsafe_destroys): meanwhile nothing else is created or destroyed on that node,
+  and no pod of a profile the run destroys is pinned there or released.
 
 A pod this queue cannot decide (several MIG devices, a resource that is not a MIG profile) is released at once with
-that reason: the demand playbook's full path sees it as any pending pod. Decisions that destroy instances (a
-reshape, the release rule's destroys) are not taken here: the create-only run cannot run them.
+that reason: the demand playbook's full path sees it as any pending pod.
 
 Pure Python, no Ansible imports, no I/O.
 """
@@ -45,16 +49,18 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast
     GPUS_ANNOTATION, read_gpus_annotation, with_holders)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import layout_with_creates
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._destroy_guard import (
+    ANY_PROFILE, FreedInstances, MigPod, unsafe_destroys)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
-    CREATE, RELEASE, SERVE, GatedOptions, GatedPod, GatedQueue)
+    CREATE, DESTROY, RELEASE, RESHAPE, SERVE, GatedOptions, GatedPod, GatedQueue)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeFitError, NodeRoom, PodPlacementRules
 
 LOG = logging.getLogger('mig_pending_pods')
 
 PIN, RELEASE_POD = 'pin', 'release'
-# What the source's gated queue leaves to the create-only run: no destroy (GatedOptions.reshape, destroy_after).
-SOURCE_OPTIONS = dict(destroy_after=None, reshape=False)
+# The source's gated queue runs GatedOptions' defaults (reshape, destroy after 2 s), the benchmark's shipped row too.
+SOURCE_OPTIONS = {}
 
 
 def creation_seconds(pod):
@@ -96,24 +102,32 @@ class GatedDemand(object):
         self.nodes = {}      # node name -> slim node, for the nodes with a GPU annotation
         self.hosts = {}      # node name -> (inventory host, GPUs)
         self.pinned = {}     # key -> node: pinned or released (None) by this source, until the watch shows it
-        self.runs = {}       # run id -> (node, deadline, pods)
+        self.runs = {}       # run id -> (node, deadline, pods, profiles it destroys)
         self.created = []    # pods of runs that told ``created``, to pin
         self.listed = set()  # 'pods', 'nodes': lists seen (nothing is decided before both)
         self.sequence = 0
         self.next_deadline = None
+        self.freed = FreedInstances()
+        self.waiting = []    # (GatedPod, why nobody serves it now) of the last decision, in queue order
+        self.ended = set()   # keys of pods the watch showed ended or deleted, while an annotation may still name them
 
     # -- what is watched --
     def update_pod(self, pod, deleted=False):
         key = pod_key(pod)
-        if deleted:
+        if deleted or (pod.get('status') or {}).get('phase') in ('Succeeded', 'Failed'):
             self.pods.pop(key, None)
             self.pinned.pop(key, None)
+            self.ended.add(key)
             return
+        self.ended.discard(key)
         slim = slim_pod(pod)
         slim['spec']['schedulingGates'] = list((pod.get('spec') or {}).get('schedulingGates') or [])
         node = pinned_node(pod)
         if node:
             slim['metadata']['annotations'] = {PIN_ANNOTATION: node}
+        # The kubelet admitted it (its devices allocated) once it wrote the containers' statuses (_destroy_guard).
+        status = pod.get('status') or {}
+        slim['status']['admitted'] = bool(status.get('containerStatuses') or status.get('initContainerStatuses'))
         self.pods[key] = slim
         if key in self.pinned and not has_gate(slim):
             del self.pinned[key]   # the watch shows the patch: the pod says where it goes
@@ -128,6 +142,7 @@ class GatedDemand(object):
         self.pinned.pop(key, None)
 
     def replace_pods(self, pods):
+        self.ended.update(self.pods)
         self.pods, self.pinned = {}, {}
         for pod in pods:
             self.update_pod(pod)
@@ -148,7 +163,7 @@ class GatedDemand(object):
         outcome = {} if deleted else run_outcome(node)
         ended = [r for r, run in self.runs.items() if run[0] == name and (deleted or outcome.get('run') == r)]
         for run_id in ended:
-            dummy, dummy2, pods = self.runs.pop(run_id)
+            pods = self.runs.pop(run_id)[2]
             result = 'node deleted' if deleted else outcome.get('result')
             if result == 'created':
                 self.created.extend((key, name) for key in pods)
@@ -175,9 +190,10 @@ class GatedDemand(object):
         """The actions due now (see the module's docstring), in the queue's order; pins of created runs first."""
         if self.listed != {'pods', 'nodes'}:
             return []
-        if not (self.created or self.runs or self.pinned or any(has_gate(p) or self.owns(p) for p in self.pods.values())):
+        if not (self.created or self.runs or self.pinned or self.freed.since or any((self.freed.held or {}).values())
+                or any(has_gate(p) or pinned_node(p) for p in self.pods.values())):
             self.next_deadline = None
-            return []   # nothing gated (a cluster without the slice gate): no decision to take
+            return []   # nothing gated or pinned (a cluster without the slice gate): no decision to take
         actions = []
         for key, node in self.created:
             if key in self.pods and has_gate(self.pods[key]) and key not in self.pinned:
@@ -188,18 +204,30 @@ class GatedDemand(object):
             LOG.info('mig_pending_pods: gated create %s on node %s told no outcome in %.0fs; its pods are decided again',
                      run_id, self.runs[run_id][0], self.create_timeout)
             del self.runs[run_id]
-        busy = set(run[0] for run in self.runs.values())
+        busy = dict((run[0], run[3]) for run in self.runs.values())
+        destroying = set(profile for run in self.runs.values() for profile in run[3])
         in_flight = set(key for run in self.runs.values() for key in run[2])
         bound = [p for p in self.pods.values() if p['spec'].get('nodeName')]
         held = bound_profiles(self.pods.values())
-        rooms, gpus = {}, {}
-        for name in sorted(set(self.hosts) - busy):
+        # The release rule's clock: instances the queue's pods (pinned by it) held, by node and profile.
+        served = dict(((node, profile), count) for node, counts in bound_profiles(
+            p for p in bound if pinned_node(p)).items() for profile, count in counts.items())
+        rooms, gpus, idle = {}, {}, {}
+        named = set()
+        for name in sorted(self.hosts):
+            gpus[name] = with_holders(_without(self.hosts[name][1], self.ended, named), held.get(name))
+            for gpu in gpus[name]:
+                for gi in gpu.get('gpu_instances') or []:
+                    if not gi.get('allocated_to'):
+                        idle[(name, gi.get('profile'))] = idle.get((name, gi.get('profile')), 0) + 1
+        self.ended &= named   # no annotation names the others any more
+        idle_since = self.freed.observe(served, idle, now)
+        for name in sorted(self.hosts):
             try:
                 rooms[name] = NodeRoom.of_node(self.nodes[name], bound)
             except NodeFitError as exc:
                 LOG.warning('mig_pending_pods: node %s: %s; the gated queue leaves it alone', name, exc)
-                continue
-            gpus[name] = with_holders(self.hosts[name][1], held.get(name))
+                del gpus[name]
         gated, pinned = [], []
         for key in sorted(self.pods):
             pod = self.pods[key]
@@ -223,36 +251,87 @@ class GatedDemand(object):
                                        entry.rules, pinned=node, gated=False))
         queue = GatedQueue(self.options)
         try:
-            decisions = queue.reconcile(rooms, gpus, gated, pinned, now)
+            decisions = queue.reconcile(rooms, gpus, gated, pinned, now, unsafe_destroys(self._mig_pods()), idle_since, busy)
+            decisions.extend(queue.expire(now))
         except DemandPlanError as exc:
             LOG.warning('mig_pending_pods: the gated queue cannot read the fleet (%s); nothing decided', exc)
             self.next_deadline = now + self.create_timeout
             return actions
-        creates = {}
+        self.waiting = queue.waiting()
+        for slot in queue.doomed.values():   # decided destroyed now: their release-rule times go with them
+            if slot.idle_since is not None:
+                self.freed.forget((slot.node, slot.profile), slot.idle_since)
+        creates, held_back = {}, False
         for decision in decisions:
             if decision.action == SERVE:
                 actions.append({'action': PIN, 'pod': decision.pod, 'node': decision.node})
                 self.pinned[decision.pod] = decision.node
+            elif decision.action == RELEASE and decision.profile in destroying:
+                held_back = True   # released once the run that destroys its profile told its outcome
             elif decision.action == RELEASE:
                 actions.append({'action': RELEASE_POD, 'pod': decision.pod, 'reason': decision.reason})
                 self.pinned[decision.pod] = None
-            elif decision.action == CREATE:
+            elif decision.action in (CREATE, RESHAPE, DESTROY):
                 creates.setdefault(decision.node, []).append(decision)
         for node in sorted(creates):
             actions.append(self._create_event(node, creates[node], now))
         self.next_deadline = queue.next_deadline()
+        if held_back and self.next_deadline is not None and self.next_deadline <= now:
+            self.next_deadline = None   # the run's outcome (a Node update) or its timeout wakes the source
         return actions
 
+    def _mig_pods(self):
+        """The pods as the destroy guard reads them, with the pins and releases this source sent and the watch has not
+        shown yet."""
+        pods = []
+        for key, pod in self.pods.items():
+            profiles = tuple(sorted(set(profile_of_resource(r) or ANY_PROFILE for r in pod_mig_resources(pod['spec']))))
+            if not profiles:
+                continue
+            gated, pinned = has_gate(pod), pinned_node(pod)
+            if key in self.pinned:
+                gated, pinned = False, self.pinned[key]
+            pods.append(MigPod(key, profiles, pod['spec'].get('nodeName'), bool(pod['status'].get('admitted')), gated, pinned,
+                               pod['status'].get('phase') in ('Succeeded', 'Failed')))
+        return pods
+
     def _create_event(self, node, decisions, now):
+        """The run of one node's decisions: its creates (a create, a reshape's) and its idle destroys (a reshape's, the
+        release rule's), each as {GPU index: {profile: count}} for nvidia_mig_layout's guard."""
         host, gpus = self.hosts[node]
         self.sequence += 1
         run = 'gated-%s-%d' % (self.token, self.sequence)
-        expected = {}
-        for decision in decisions:
-            counts = expected.setdefault(str(decision.gpu), {})
-            counts[decision.profile] = counts.get(decision.profile, 0) + 1
-        pods = sorted(d.pod for d in decisions)
-        self.runs[run] = (node, now + self.create_timeout, pods)
-        layout = layout_with_creates(node, gpus, [(d.gpu, d.profile, d.start) for d in decisions])
-        change = {'run': run, 'host': host, 'node': node, 'layout': layout, 'gpus': expected, 'pods': pods}
+        creates = [(d.gpu, d.profile, d.start) for d in decisions if d.action != DESTROY]
+        destroys = [(d.gpu, profile, start) for d in decisions for dummy, profile, start in d.destroys] + \
+            [(d.gpu, d.profile, d.start) for d in decisions if d.action == DESTROY]
+        pods = sorted(d.pod for d in decisions if d.pod)
+        self.runs[run] = (node, now + self.create_timeout, pods, set(profile for dummy, profile, dummy2 in destroys))
+        layout = layout_with_creates(node, gpus, creates, [(index, start) for index, dummy, start in destroys])
+        change = {'run': run, 'host': host, 'node': node, 'layout': layout, 'gpus': _counts(creates), 'pods': pods}
+        if destroys:
+            change['destroys'] = _counts(destroys)
         return {'action': CREATE, 'event': {FAST_EVENT_KEY: change}}
+
+
+def _without(gpus, ended, named):
+    """The annotation's GPUs without the holders that ``ended``: the annotation names the pods that held each instance
+    when a run last read the GPUs, and one the watch showed ending holds nothing since (the release rule's clock starts
+    then). Every holder named is added to ``named``."""
+    result = []
+    for gpu in gpus:
+        instances = []
+        for gi in gpu.get('gpu_instances') or []:
+            holders = gi.get('allocated_to') or []
+            named.update(holders)
+            instances.append(dict(gi, allocated_to=[key for key in holders if key not in ended]))
+        result.append(dict(gpu, gpu_instances=instances))
+    return result
+
+
+def _counts(changes):
+    """{GPU index as text: {profile: count}} of (GPU index, profile, start) changes."""
+    counts = {}
+    for index, profile, dummy in changes:
+        per_gpu = counts.setdefault(str(index), {})
+        per_gpu[profile] = per_gpu.get(profile, 0) + 1
+    return counts

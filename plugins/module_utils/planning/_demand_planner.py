@@ -222,17 +222,22 @@ def generated_layout(node_gpus):
     return {'name': name, 'config': {name: entries}}
 
 
-def layout_with_creates(node, gpus, creates):
-    """:func:`generated_layout` of a node whose GPUs ``gpus`` (its annotation's, or nvidia_mig facts) gain the instances
-    ``creates`` ((GPU index, profile, start) each): the layout a create-only run applies for decisions taken elsewhere
-    (the event source's gated queue), named as the planner names its own."""
-    node_gpus = [_Gpu(node, gpu, False, None) for gpu in gpus]
+def layout_with_creates(node, gpus, creates, destroys=()):
+    """:func:`generated_layout` of a node whose GPUs ``gpus`` (its annotation's, or nvidia_mig facts) lose the instances
+    ``destroys`` ((GPU index, start) each) and gain the instances ``creates`` ((GPU index, profile, start) each): the
+    layout a demand run applies for decisions taken elsewhere (the event source's gated queue), named as the planner
+    names its own."""
+    node_gpus = dict((g.index, g) for g in (_Gpu(node, gpu, False, None) for gpu in gpus))
+    for index, start in destroys:
+        instance = next((i for i in node_gpus[index].instances if i.start == start), None) if index in node_gpus else None
+        if instance is None:
+            raise DemandPlanError('node %s has no instance at slice %s of GPU %s to destroy' % (node, start, index))
+        instance.gone = True
     for index, profile, start in creates:
-        gpu = next((g for g in node_gpus if g.index == index), None)
-        if gpu is None:
+        if index not in node_gpus:
             raise DemandPlanError('node %s has no GPU %s to create %s on' % (node, index, profile))
-        gpu.instances.append(_Instance(None, profile, start, new=True))
-    return generated_layout(node_gpus)
+        node_gpus[index].instances.append(_Instance(None, profile, start, new=True))
+    return generated_layout(node_gpus.values())
 
 
 def _report(gpus, before, pods, waiting, served, evicted, settings, refused):

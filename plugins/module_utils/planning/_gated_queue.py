@@ -19,7 +19,8 @@ takes "the first match"):
 3. ``reshape``: idle instances of other profiles destroyed (the fewest memory slices), then the create.
 
 Never an instance a pod holds (by device id) or one reserved for a pod the queue pinned and that is on its way:
-those are not idle. A pod nobody can serve keeps its one-line reason and is released (gate removed, the
+those are not idle; nor an idle one a pod could be given before the destroy runs (``unsafe``,
+planning/_destroy_guard). A pod nobody can serve keeps its one-line reason and is released (gate removed, the
 scheduler takes it as any pod) once it waited ``release_after`` seconds.
 
 The event source drives the state transitions, each a method: :meth:`GatedQueue.reconcile` (every gated pod and
@@ -40,16 +41,14 @@ from dataclasses import dataclass, field, replace
 from typing import Optional, Tuple
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_placement import _catalog
-from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Occupancy
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._destroy_guard import destroy_refusal
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_slots import PROCESS_HOLDER, Slot, read_gpus
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_profile import MigProfile, ProfileError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeRoom, PodPlacementRules, refusal
 
 SERVE, CREATE, RESHAPE, RELEASE, DESTROY = 'serve', 'create', 'reshape', 'release', 'destroy'
 QUEUE, SMALLEST_FIRST = 'queue', 'smallest-first'
 PACK, SPREAD = 'pack', 'spread'
-# An instance NVML lists processes on that no pod holds: never idle.
-PROCESS_HOLDER = '(processes)'
 
 
 @dataclass(frozen=True)
@@ -130,64 +129,6 @@ class Decision:
                 'destroys': [{'id': i, 'profile': p, 'start': s} for i, p, s in self.destroys]}
 
 
-@dataclass(frozen=True)
-class Slot:
-    """One instance as the queue sees it: ``id`` None until its create ran; ``holder`` the pod (by device id) or
-    :data:`PROCESS_HOLDER`; ``reserved_for`` the pod the queue gave it that is not bound yet; ``idle_since`` when a pod
-    left it (None: idle since before the queue watched, which the release rule leaves alone; a reshape may use it)."""
-
-    node: str
-    gpu: int
-    profile: str
-    start: int
-    id: Optional[int] = None
-    holder: Optional[str] = None
-    reserved_for: Optional[str] = None
-    idle_since: Optional[float] = None
-
-    @property
-    def idle(self):
-        return self.holder is None and self.reserved_for is None
-
-
-class _Gpu(object):
-    __slots__ = ('node', 'index', 'catalog', 'slots')
-
-    def __init__(self, node, index, catalog, slots):
-        self.node, self.index, self.catalog, self.slots = node, index, catalog, list(slots)
-
-    def occupancy(self, without=()):
-        return Occupancy.of(self.catalog, [(s.profile, s.start) for s in self.slots if s not in without])
-
-    def first_start(self, profile, occupancy):
-        for start in profile.starts:
-            if occupancy.can_place(profile, start):
-                return start
-        return None
-
-    def taken_slices(self):
-        return sum(self.catalog.get(s.profile).memory_slices for s in self.slots if not s.idle)
-
-
-def read_gpus(node, gpus):
-    """The slots of one node's GPUs as the annotation (_demand_fast.gpus_annotation) or nvidia_mig facts give them."""
-    read = []
-    for gpu in sorted(gpus or [], key=lambda g: g.get('index', 0)):
-        if not isinstance(gpu, dict) or 'index' not in gpu or not gpu.get('profiles') or gpu.get('allocated_to'):
-            continue   # no MIG, or a pod holds the whole GPU
-        slots = []
-        for gi in gpu.get('gpu_instances') or []:
-            try:
-                holders = gi.get('allocated_to') or []
-                pids = [p for ci in gi.get('compute_instances') or [] for p in ci.get('processes') or []]
-                slots.append(Slot(node, gpu['index'], gi['profile'], gi['placement']['start'], gi.get('id'),
-                                  sorted(holders)[0] if holders else (PROCESS_HOLDER if pids else None)))
-            except (KeyError, TypeError) as exc:
-                raise DemandPlanError('node %s GPU %s: an instance without %s' % (node, gpu['index'], exc))
-        read.append(_Gpu(node, gpu['index'], _catalog(gpu['profiles']), slots))
-    return read
-
-
 class GatedQueue(object):
     """The gated pods, the fleet's instances and the decisions under way (see the module's docstring)."""
 
@@ -204,22 +145,30 @@ class GatedQueue(object):
         self.holds = {}      # key -> (slot, rules) of a pod bound to an instance
         self.orphans = {}    # key -> (slot, destroyed) of a create whose pod ended before its run did
         self.doomed = {}     # (node, GPU, id) -> Slot decided destroyed, its run not done (an ungated pod may bind it)
+        self.unsafe = {}     # (node or None, profile) -> why its idle instances are not destroyed now (_destroy_guard)
+        self.busy = {}       # node -> the profiles its run under way destroys (see guard)
 
     # -- the fleet and the pods ------------------------------------------------------------------
 
-    def reconcile(self, nodes, gpus, gated, pinned=(), now=0.0):
+    def reconcile(self, nodes, gpus, gated, pinned=(), now=0.0, unsafe=None, idle_since=None, busy=()):
         """Start (or start again) from what the cluster shows: ``nodes`` {node: NodeRoom}, ``gpus`` {node: its GPUs
         (annotation or facts, instances with ``allocated_to``)}, ``gated`` the GatedPods with the gate, ``pinned`` those
         whose gate is gone and whose affinity names a node, not bound yet (each reserves an idle instance of its profile
-        on its node if one is there). Decisions under way before are forgotten: the fleet says what they did.
-        Returns :meth:`decide`'s decisions."""
+        on its node if one is there), ``unsafe`` and ``busy`` as for :meth:`guard`, ``idle_since`` {(node, profile):
+        [times]} when pods left idle instances (_destroy_guard.FreedInstances; given to the idle ones by placement,
+        oldest first). Decisions under way before are forgotten: the fleet says what they did. Returns :meth:`decide`'s
+        decisions."""
         self.rooms = dict(nodes)
         self.gpus = [g for node in sorted(gpus) for g in read_gpus(node, gpus[node])]
         self.pods, self.reasons, self.under_way, self.holds, self.orphans, self.doomed = {}, {}, {}, {}, {}, {}
+        self.guard(unsafe or {}, busy)
+        times = dict((key, list(value)) for key, value in (idle_since or {}).items())
         for gpu in self.gpus:
-            for slot in gpu.slots:
+            for slot in sorted(gpu.slots, key=lambda s: s.start):
                 if slot.holder and slot.holder != PROCESS_HOLDER:
                     self.holds[slot.holder] = (slot, PodPlacementRules())
+                elif slot.idle and slot.id is not None and times.get((slot.node, slot.profile)):
+                    self._replace(slot, idle_since=times[(slot.node, slot.profile)].pop(0))
         for pod in pinned:
             slot = self._idle(pod, [pod.pinned], pod.profile)
             if slot is None:
@@ -245,12 +194,25 @@ class GatedQueue(object):
         """Every instance the queue knows, as :class:`Slot` values."""
         return [s for g in self.gpus for s in g.slots]
 
+    def guard(self, unsafe, busy=()):
+        """``unsafe`` {(node or None for any node, profile): why}: idle instances no run may destroy now (a pod could be
+        given one before the destroy: _destroy_guard.unsafe_destroys), which a reshape and the release rule leave
+        alone; ``busy`` {node: the profiles its run destroys}: the nodes where a run is under way, where until it told
+        its outcome nothing is created or destroyed and no pod of a profile it destroys is served (an idle instance of
+        another profile still serves: the run leaves it alone)."""
+        self.unsafe = dict(unsafe)
+        self.busy = dict((node, frozenset(profiles)) for node, profiles in dict(busy).items())
+
+    def _destroyable(self, slot):
+        return slot.idle and slot.id is not None and slot.node not in self.busy and \
+            destroy_refusal(self.unsafe, slot.node, slot.profile) is None
+
     def next_deadline(self):
         """The earliest time a release or an idle instance's destroy is due (None: none is), for the source's timer."""
         times = [p.gated_since + self.options.release_after for p in self.pods.values() if p.gated]
         if self.options.destroy_after is not None:
             times.extend(s.idle_since + self.options.destroy_after for s in self.slots()
-                         if s.idle and s.id is not None and s.idle_since is not None)
+                         if self._destroyable(s) and s.idle_since is not None)
         return min(times) if times else None
 
     # -- deciding --------------------------------------------------------------------------------
@@ -283,6 +245,7 @@ class GatedQueue(object):
         allowed, refused = [], {}
         for node in sorted(set(g.node for g in self.gpus)):
             why = 'not the node its affinity names' if pod.pinned and node != pod.pinned else \
+                'a run under way there destroys %s' % pod.profile if pod.profile in self.busy.get(node, ()) else \
                 refusal(pod.rules, self.rooms.get(node))
             if why:
                 refused[why] = refused.get(why, 0) + 1
@@ -316,6 +279,9 @@ class GatedQueue(object):
         offering = [g for g in self.gpus if g.node in allowed and g.catalog.get(pod.profile) is not None]
         if not offering:
             return None, 'no GPU of the %d node(s) it may use offers %s' % (len(allowed), pod.profile)
+        offering = [g for g in offering if g.node not in self.busy]
+        if not offering:
+            return None, '%s: no idle instance, and a run is under way on every node it may use that offers it' % pod.profile
         shares = dict((node, self._share(node)) for node in allowed)
         best = None
         for gpu in offering:   # free slices first: a create anywhere before a reshape anywhere
@@ -327,7 +293,7 @@ class GatedQueue(object):
             return None, '%s: no idle instance and no free slices on the %d GPU(s) that offer it (a reshape, which ' \
                 'would destroy idle instances of other profiles, is off)' % (pod.profile, len(offering))
         for gpu in offering if best is None else ():
-            idle = [s for s in gpu.slots if s.idle and s.id is not None]
+            idle = [s for s in gpu.slots if self._destroyable(s)]
             for size in range(1, len(idle) + 1):   # the fewest instances, then the fewest slices destroyed
                 found = None
                 for subset in itertools.combinations(idle, size):
@@ -342,8 +308,11 @@ class GatedQueue(object):
                         best = found
                     break
         if best is None:
+            kept = sorted(set(destroy_refusal(self.unsafe, s.node, s.profile) for g in offering for s in g.slots
+                              if s.idle and s.id is not None and not self._destroyable(s)))
             return None, '%s: no idle instance, no free slices and no idle instances to destroy on the %d GPU(s) ' \
-                'that offer it (their slices are held or reserved)' % (pod.profile, len(offering))
+                'that offer it (their slices are held or reserved%s)' % (pod.profile, len(offering), ''.join(
+                    '; an idle instance is kept: ' + why for why in kept[:1]))
         dummy, gpu, start, destroyed = best
         for slot in destroyed:
             gpu.slots.remove(slot)
@@ -483,7 +452,7 @@ class GatedQueue(object):
         decisions = []
         for gpu in self.gpus:
             for slot in sorted(gpu.slots, key=lambda s: s.start):
-                if slot.idle and slot.id is not None and slot.idle_since is not None and now - slot.idle_since >= self.options.destroy_after:
+                if self._destroyable(slot) and slot.idle_since is not None and now - slot.idle_since >= self.options.destroy_after:
                     gpu.slots.remove(slot)
                     self.doomed[(slot.node, slot.gpu, slot.id)] = slot
                     decisions.append(Decision(DESTROY, None, gpu.node, gpu.index, slot.profile, slot.start, slot.id))

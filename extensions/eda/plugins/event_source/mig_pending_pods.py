@@ -35,8 +35,11 @@ Arguments:
   policy: the demand playbook's mig_demand_policy (a mapping, or its JSON), which the fast decision honours
   gated: decide the pods that carry the slice gate gpufleet.mig/slice (the gpu_tenancy role's slice gate) one at a
     time in kube-scheduler's queue order (default false; k8s/_gated_demand): each is pinned to a node where an idle
-    instance of its profile waits, or one is created for it in free slices (a mig_demand_create event, as the fast
-    path's), then its gate is removed; watches the Nodes too
+    instance of its profile waits, or one is created for it in free slices or in the slices of idle instances of other
+    profiles destroyed for it (a mig_demand_create event, as the fast path's, its run destroying only idle
+    instances), then its gate is removed; watches the Nodes too
+  gated_destroy_after: seconds an instance stays idle after the pod that held it ended before a run destroys it
+    (default 2), or keep (kept until another profile needs its slices)
   gated_release_after: seconds after its creation when a gated pod nobody serves is released to kube-scheduler with
     its reason logged (default 1800)
   gated_order: queue (kube-scheduler's: priority, then creation) or smallest-first (default queue)
@@ -85,6 +88,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
 
 # The decisions live in the collection's module_utils (k8s/_pending_demand: which pods and when; k8s/_fast_path: the
 # create-only fast path; k8s/_api_watch: what the API server's answers mean; k8s/_slice_gate: the gate and the patch
@@ -153,11 +157,24 @@ def settings(args):
                 raise SourceError('%s must be true or false, got %r' % (name, value))
             value = value.strip().lower() in ('true', 'yes')
         result[name] = bool(value)
-    result['gated_options'] = GatedOptions(release_after=result['gated_release_after'], order=args.get('gated_order') or 'queue',
-                                           placement=args.get('gated_placement') or 'pack', **SOURCE_OPTIONS)
+    destroy_after = args.get('gated_destroy_after', SOURCE_OPTIONS.get('destroy_after', GatedOptions.destroy_after))
+    if isinstance(destroy_after, str):
+        try:
+            destroy_after = None if destroy_after.strip().lower() == 'keep' else float(destroy_after)
+        except ValueError:
+            raise SourceError('gated_destroy_after must be a number of seconds or keep, got %r' % destroy_after)
+    result['gated_options'] = GatedOptions(**dict(SOURCE_OPTIONS, release_after=result['gated_release_after'],
+                                                  order=args.get('gated_order') or 'queue',
+                                                  placement=args.get('gated_placement') or 'pack', destroy_after=destroy_after))
     problem = result['gated_options'].problem()
     if problem:
         raise SourceError('gated_' + problem)
+    if result['gated'] and result['namespace']:
+        # The destroy guard needs every pod that could be given an instance (planning/_destroy_guard): one namespace's
+        # watch cannot see them all, so the queue only serves and creates there.
+        LOG.warning('mig_pending_pods: gated with namespace %s: the gated queue destroys no instance (no reshape, idle '
+                    'instances kept)', result['namespace'])
+        result['gated_options'] = replace(result['gated_options'], destroy_after=None, reshape=False)
     if result['fast'] and result['fast_quiet_period'] > result['quiet_period']:
         raise SourceError('fast_quiet_period (%s) must be at most quiet_period (%s): the fast path decides before the full '
                           'path is told' % (result['fast_quiet_period'], result['quiet_period']))
@@ -318,8 +335,9 @@ async def _drive_gated(queue, gated, wake, session, conn):
         for action in gated.take_actions(time.time()):
             if 'event' in action:
                 change = action['event'][FAST_EVENT_KEY]
-                LOG.info('mig_pending_pods: gated create %s on node %s: %s for %s', change['run'], change['node'],
-                         json.dumps(change['gpus'], sort_keys=True), ', '.join(change['pods']))
+                LOG.info('mig_pending_pods: gated create %s on node %s: %s for %s%s', change['run'], change['node'],
+                         json.dumps(change['gpus'], sort_keys=True), ', '.join(change['pods']) or 'nobody',
+                         ', destroying idle %s' % json.dumps(change['destroys'], sort_keys=True) if 'destroys' in change else '')
                 await queue.put(action['event'])
                 continue
             node, pod = action['node'] if action['action'] == PIN else None, gated.pods.get(action['pod'])

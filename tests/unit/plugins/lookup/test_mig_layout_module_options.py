@@ -30,7 +30,7 @@ FACTS_BUILT_ONCE = "lookup('gpufleet.mig.mig_layout_module_options', module='nvi
 # The environment of every module call: the boot unit's, through the lookup (old name included).
 ENVIRONMENTS = ("{{ mig_layout__environment }}", "{{ lookup('gpufleet.mig.mig_layout_module_options').boot_environment | default({}) }}")
 # What a call may set itself: what it plans or applies, not how the role is configured.
-PER_CALL = {'name', 'config', 'apply', 'evict', 'drain', 'pod_resources', 'defer_pending', 'create_only', 'persistence_only'}
+PER_CALL = {'name', 'config', 'apply', 'evict', 'drain', 'pod_resources', 'defer_pending', 'create_only', 'destroy_idle', 'persistence_only'}
 # The calls that override a setting, and why: after the reboot the MIG mode must be in effect; a GPU reset there
 # would hide a mode that a reboot did not apply (tasks/apply.yml, "Require the layout after the reboot").
 # The rollout's first decision does not wait for the host lock: run on every host at once, a host another run holds

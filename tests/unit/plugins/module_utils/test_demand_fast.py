@@ -134,6 +134,9 @@ def test_the_guard_accepts_exactly_the_expected_creates():
     destroy = [{'index': 0, 'actions': [{'action': 'destroy_gpu_instance', 'profile': '1g.10gb'}] + creates[0]['actions']}]
     assert create_refusal(destroy, {'0': {'1g.20gb': 1}}) == \
         'GPU 0 would need destroy gpu instance (1g.10gb), not only the creates expected'
+    # The gated queue's reshape: that idle destroy expected too.
+    assert create_refusal(destroy, {'0': {'1g.20gb': 1}}, {'0': {'1g.10gb': 1}}) is None
+    assert 'not the idle instances expected' in create_refusal(destroy, {'0': {'1g.20gb': 1}}, {'0': {'1g.10gb': 2}})
     mode = [{'index': 0, 'actions': [{'action': 'set_mig_mode', 'mode': 'enabled'}]}]
     assert 'set mig mode (enabled)' in create_refusal(mode, {'0': {'1g.20gb': 1}})
     assert create_refusal([{'index': 0, 'deferred': True, 'actions': []}], {}) == 'GPU 0 waits for a MIG mode change'
@@ -152,26 +155,29 @@ def decisions_and_expectations(draw):
         actions = [{'action': kind, 'profile': profile} for kind, profile in draw(
             st.lists(st.tuples(st.sampled_from(_ACTIONS), st.sampled_from(('1g.10gb', '1g.20gb', '3g.40gb'))), max_size=5))]
         gpus.append({'index': index, 'deferred': draw(st.booleans()) and draw(st.booleans()), 'actions': actions})
-    created = {}
+    created, destroyed = {}, {}
     for gpu in gpus:
         for action in gpu['actions']:
-            if action['action'] == 'create_gpu_instance':
-                counts = created.setdefault(str(gpu['index']), {})
+            if action['action'] in ('create_gpu_instance', 'destroy_gpu_instance'):
+                counts = (created if action['action'] == 'create_gpu_instance' else destroyed).setdefault(str(gpu['index']), {})
                 counts[action['profile']] = counts.get(action['profile'], 0) + 1
     other = draw(st.dictionaries(st.sampled_from(('0', '1', '2')), st.dictionaries(
         st.sampled_from(('1g.10gb', '1g.20gb')), st.integers(1, 2), min_size=1, max_size=2), max_size=2))
-    return gpus, created, (created if draw(st.booleans()) else other)
+    destroys = draw(st.sampled_from((None, {}, destroyed, other)))
+    return gpus, created, destroyed, (created if draw(st.booleans()) else other), destroys
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(decisions_and_expectations())
 def test_the_guard_passes_a_change_only_when_it_is_exactly_the_expected_creates(case):
-    """The fast path's safety rule as a property: nothing but creates (no destroy, mode change or reset, no GPU waiting
-    for its mode) and exactly the expected counts; everything else is refused before any GPU changes."""
-    gpus, created, expected = case
-    only_creates = all(not gpu['deferred'] and all(a['action'].startswith('create_') for a in gpu['actions']) for gpu in gpus)
-    refusal = create_refusal(gpus, expected)
-    assert (refusal is None) == (only_creates and created == expected), (gpus, expected, refusal)
+    """The demand runs' safety rule as a property: nothing but creates, and the idle destroys when some are expected (no
+    mode change or reset, no GPU waiting for its mode), in exactly the expected counts; everything else is refused
+    before any GPU changes."""
+    gpus, created, destroyed, expected, destroys = case
+    allowed = ('create_',) + (('destroy_',) if destroys else ())
+    only_these = all(not gpu['deferred'] and all(a['action'].startswith(allowed) for a in gpu['actions']) for gpu in gpus)
+    refusal = create_refusal(gpus, expected, destroys)
+    assert (refusal is None) == (only_these and created == expected and destroyed == (destroys or {})), (gpus, expected, refusal)
 
 
 def test_the_node_patch_carries_the_gpus_and_the_outcome_of_a_run():

@@ -223,3 +223,119 @@ def test_an_outcome_annotation_this_version_cannot_read_leaves_the_run_under_way
     node['metadata']['annotations']['gpufleet.mig/demand-create'] = '["gated-t-1", "created"]'
     demand.update_node(node, CREATED + 20)
     assert actions(demand, CREATED + 20) == [] and list(demand.runs) == ['gated-t-1']
+
+
+# ---- destroys: a reshape and the release rule, only while no pod could be given the instance -----------------------
+
+SEVEN_IDLE = tuple(('1g.10gb', start, []) for start in range(7))
+
+
+def admitted(obj):
+    """``obj`` as the kubelet leaves it once admitted: its devices allocated, its containers' statuses written."""
+    return dict(obj, status=dict(obj['status'], phase='Running', containerStatuses=[{'name': 'main', 'ready': True}]))
+
+
+def bound(name, profile='1g.10gb', node='node-1'):
+    return pod(name, {'nvidia.com/mig-%s' % profile: '1'}, node_name=node, scheduled=('True', ''), phase='Pending')
+
+
+def test_a_reshape_destroys_idle_instances_of_another_profile_in_the_same_run_as_the_create():
+    demand = watching([gpu_node(instances=SEVEN_IDLE)], [gated('big', profile='3g.40gb')], GatedOptions())
+    [create] = demand.take_actions(CREATED + 10)
+    change = create['event']['mig_demand_create']
+    assert (change['pods'], change['gpus'], change['destroys']) == (['team-a/big'], {'0': {'3g.40gb': 1}}, {'0': {'1g.10gb': 3}})
+    assert change['layout']['config'][change['layout']['name']] == [
+        {'devices': [0], 'mig-enabled': True, 'mig-devices': {'1g.10gb': 4, '3g.40gb': 1}}]
+
+
+@pytest.mark.parametrize('other, why', [
+    (pod('plain', {'nvidia.com/mig-1g.10gb': '1'}), 'waits for kube-scheduler without the slice gate'),
+    (patched(gated('pinned'), 'node-1'), 'is pinned to node node-1 and not bound yet'),
+    (bound('arriving'), 'is bound to node node-1 and not admitted yet'),
+])
+def test_no_idle_instance_is_destroyed_while_a_pod_could_be_given_it(other, why):
+    """A pod that the kubelet could give an idle 1g.10gb before the run destroys it keeps them all: the big pod waits,
+    its reason says which pod; once that pod is gone the reshape is decided."""
+    demand = watching([gpu_node(instances=SEVEN_IDLE[:2])], [gated('big', profile='7g.80gb'), other], GatedOptions())
+    assert actions(demand) == []
+    [(waiting, reason)] = [(p.key, r) for p, r in demand.waiting]
+    assert waiting == 'team-a/big' and why in reason, reason
+    demand.update_pod(other, deleted=True)
+    [create] = demand.take_actions(CREATED + 20)
+    assert create['event']['mig_demand_create']['destroys'] == {'0': {'1g.10gb': 2}}
+
+
+def test_an_admitted_pod_lets_the_other_idle_instances_go():
+    """Bound and admitted (its device allocated), a pod holds one instance and no longer keeps the others."""
+    nodes = [gpu_node(instances=SEVEN_IDLE[:2] + (('1g.10gb', 4, []),))]
+    demand = watching(nodes, [gated('big', profile='3g.40gb'), bound('arriving')], GatedOptions())
+    assert actions(demand) == [] and 'not admitted yet' in demand.waiting[0][1]
+    demand.update_pod(admitted(bound('arriving')))
+    [create] = demand.take_actions(CREATED + 20)
+    assert create['event']['mig_demand_create']['destroys'] == {'0': {'1g.10gb': 1}}
+
+
+def test_an_instance_whose_pod_ended_is_destroyed_after_the_delay_by_a_run_of_its_own():
+    """The release rule: the instance a pod the queue pinned held is destroyed destroy_after seconds after the watch
+    shows the pod gone; an instance no pinned pod held (declared, never used) is left alone."""
+    holder = admitted(dict(bound('holder'), metadata=patched(gated('holder'), 'node-1')['metadata']))
+    node = gpu_node(instances=(('1g.10gb', 0, ['team-a/holder']),) + SEVEN_IDLE[1:2])
+    demand = watching([node], [holder], GatedOptions(destroy_after=2.0))
+    assert actions(demand, CREATED + 5) == []
+    demand.update_pod(holder, deleted=True)
+    assert actions(demand, CREATED + 10) == [] and demand.seconds_until_due(CREATED + 10) == 2.0
+    [destroy] = demand.take_actions(CREATED + 12)
+    change = destroy['event']['mig_demand_create']
+    assert (change['pods'], change['gpus'], change['destroys']) == ([], {}, {'0': {'1g.10gb': 1}})
+    assert change['layout']['config'][change['layout']['name']] == [
+        {'devices': [0], 'mig-enabled': True, 'mig-devices': {'1g.10gb': 1}}]
+
+
+def test_a_pod_kube_scheduler_placed_leaves_its_instance_to_the_next_pod():
+    """Without the queue's pin, a pod that ended leaves an idle instance the release rule does not touch: a cluster
+    without the slice gate has no destroy."""
+    holder = admitted(bound('holder'))
+    demand = watching([gpu_node(instances=(('1g.10gb', 0, ['team-a/holder']),))], [holder], GatedOptions(destroy_after=2.0))
+    demand.update_pod(holder, deleted=True)
+    assert actions(demand, CREATED + 10) == [] and actions(demand, CREATED + 20) == []
+    assert demand.seconds_until_due(CREATED + 20) is None
+
+
+def test_a_pod_of_a_profile_a_run_destroys_is_not_released_before_the_run_ends():
+    holder = admitted(dict(bound('holder'), metadata=patched(gated('holder'), 'node-1')['metadata']))
+    node = gpu_node(instances=(('1g.10gb', 0, ['team-a/holder']),) + FULL_1G[1:])
+    other = gpu_node('node-2', 'h2', instances=FULL_1G)
+    demand = watching([node, other], [holder], GatedOptions(destroy_after=2.0, release_after=5.0))
+    actions(demand, CREATED + 1)
+    demand.update_pod(holder, deleted=True)
+    actions(demand, CREATED + 2)
+    [destroy] = demand.take_actions(CREATED + 4)
+    assert destroy['event']['mig_demand_create']['destroys'] == {'0': {'1g.10gb': 1}}
+    late = gated('late', created='2026-12-03T21:59:00Z')   # gated for more than 5 s already, nobody serves it
+    demand.update_pod(late)
+    assert actions(demand, CREATED + 6) == []   # not released while a run may destroy a 1g.10gb
+    assert demand.seconds_until_due(CREATED + 6) == 58.0   # woken by the run's outcome, or its timeout
+    demand.update_node(gpu_node(instances=FULL_1G[1:], outcome={'run': 'gated-t-1', 'result': 'created'}), CREATED + 7)
+    [create] = demand.take_actions(CREATED + 7)   # the run over: the freed slice serves it
+    assert create['event']['mig_demand_create']['pods'] == ['team-a/late']
+
+
+def test_an_instance_decided_destroyed_takes_its_time_with_it():
+    """Two of the queue's pods end one after the other: the first instance is destroyed 2 s after its pod ended; while
+    that run is under way the node's instances still count it, and once the run told its outcome the other instance's
+    own time decides, not the destroyed one's (the instance at slice 2, idle and never the queue's, has none)."""
+    pinned = dict((name, admitted(dict(bound(name), metadata=patched(gated(name), 'node-1')['metadata']))) for name in ('a', 'b'))
+    node = gpu_node(instances=(('1g.10gb', 0, ['team-a/a']), ('1g.10gb', 1, ['team-a/b']), ('1g.10gb', 2, [])))
+    demand = watching([node], list(pinned.values()), GatedOptions(destroy_after=2.0))
+    actions(demand, CREATED)
+    demand.update_pod(pinned['a'], deleted=True)
+    assert actions(demand, CREATED + 1) == []
+    [first] = demand.take_actions(CREATED + 3)
+    assert first['event']['mig_demand_create']['destroys'] == {'0': {'1g.10gb': 1}}
+    demand.update_pod(pinned['b'], deleted=True)
+    assert actions(demand, CREATED + 4) == []   # the node is busy
+    demand.update_node(gpu_node(instances=(('1g.10gb', 1, ['team-a/b']), ('1g.10gb', 2, [])),
+                                outcome={'run': 'gated-t-1', 'result': 'created'}), CREATED + 5)
+    assert actions(demand, CREATED + 5) == [] and demand.seconds_until_due(CREATED + 5) == 1.0
+    [second] = demand.take_actions(CREATED + 6)
+    assert second['event']['mig_demand_create']['destroys'] == {'0': {'1g.10gb': 1}}

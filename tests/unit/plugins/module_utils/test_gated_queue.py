@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._destroy_guard import ANY_NODE, destroy_refusal
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
     CREATE, DESTROY, RELEASE, RESHAPE, SERVE, SMALLEST_FIRST, Decision, GatedOptions, GatedPod, GatedQueue)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._mig_geometry import Catalog, Occupancy
@@ -218,6 +219,8 @@ class FakeCluster(object):
                 doomed.append((decision.node, decision.gpu, decision.instance))
             for instance in doomed:
                 assert not self.instances[instance[:2]][instance[2]][2], 'a held instance decided destroyed: %r' % (decision,)
+                profile = self.instances[instance[:2]][instance[2]][0]
+                assert destroy_refusal(q.unsafe, instance[0], profile) is None, 'an unsafe instance decided destroyed: %r' % (decision,)
                 assert instance not in reserved and instance not in served, 'a reserved instance decided destroyed: %r' % (decision,)
         pods = [d.pod for d in decisions if d.pod]
         assert len(pods) == len(set(pods)), 'one pod decided twice in one call'
@@ -289,7 +292,8 @@ def fleet_of(drawn):
     return gpus
 
 
-STEPS = st.lists(st.tuples(st.sampled_from(('arrive', 'arrive', 'arrive', 'run', 'run', 'bind', 'bind', 'end', 'end', 'expire', 'steal')),
+STEPS = st.lists(st.tuples(st.sampled_from(('arrive', 'arrive', 'arrive', 'run', 'run', 'bind', 'bind', 'end', 'end', 'expire', 'steal',
+                                            'guard')),
                            st.sampled_from(PROFILES), st.integers(0, 3)), min_size=10, max_size=60)
 
 
@@ -321,6 +325,9 @@ def test_the_queue_never_puts_two_pods_on_one_instance_nor_destroys_a_held_one_a
             cluster.call(q, q.ended, ended, now)
         elif step == 'expire':
             cluster.call(q, q.expire, now)
+        elif step == 'guard':   # a pod that the kubelet could give an idle instance appears, or the last one is gone
+            where = (None, 'n0', 'n1')[priority % 3] if priority else None
+            q.guard({} if priority == 3 else {(where, profile): 'a pod on its way'})
         elif step == 'steal':   # an ungated pod bound by kube-scheduler to any idle device, reserved or not
             idle = sorted((k, i) for k, found in cluster.instances.items() for i, v in found.items() if v[2] is None)
             if idle:
@@ -377,3 +384,38 @@ def test_the_release_rule_leaves_alone_an_instance_idle_since_before_the_queue_w
     assert q.ended('ns/x', 100.0) == []
     assert q.next_deadline() == 100.0
     assert [(d.action, d.instance) for d in q.expire(100.0)] == [(DESTROY, 2)]
+
+
+def test_an_idle_instance_a_pod_could_be_given_is_neither_reshaped_nor_expired():
+    """The destroy guard's verdict (planning/_destroy_guard): the pod waits and its reason names why; the release rule
+    waits too; once the guard lifts, both happen."""
+    ones = [(1, '1g.10gb', 0, None), (2, '1g.10gb', 1, 'ns/x')]
+    q, decisions = queue({'n1': [gpu(0, ones + [(3, '3g.40gb', 4, 'ns/y')])]}, [], destroy_after=0.0)
+    q.guard({(ANY_NODE, '1g.10gb'): 'pod ns/free waits for kube-scheduler without the slice gate'})
+    assert q.ended('ns/x', 1.0) == [] and q.expire(1.0) == [] and q.next_deadline() is None
+    q.add(pod('ns/big', '4g.40gb', 2))
+    assert q.decide(2.0) == []
+    assert q.waiting()[0][1].endswith('(their slices are held or reserved; an idle instance is kept: pod ns/free waits '
+                                      'for kube-scheduler without the slice gate)')
+    q.guard({})
+    reshape, = q.decide(3.0)
+    assert (reshape.action, reshape.start, [d[0] for d in reshape.destroys]) == (RESHAPE, 0, [1, 2])
+
+
+def test_a_node_with_a_run_under_way_serves_only_profiles_the_run_leaves_alone():
+    """While a run destroys 1g.10gb on n1: a 3g.40gb pod is served from the idle 3g.40gb there, a 1g.10gb pod is not
+    (the kubelet could give it the instance being destroyed), and nothing is created there; after the run, both."""
+    gpus = {'n1': [gpu(0, [(1, '1g.10gb', 0, None), (2, '3g.40gb', 4, None)])]}
+    q, decisions = queue(gpus, [])
+    q.guard({}, {'n1': ['1g.10gb']})
+    q.add(pod('ns/small', '1g.10gb', 1))
+    q.add(pod('ns/big', '3g.40gb', 2))
+    q.add(pod('ns/two', '2g.20gb', 3))
+    served, = q.decide(1.0)
+    assert (served.pod, served.action, served.instance) == ('ns/big', SERVE, 2)
+    assert dict((p.key, r) for p, r in q.waiting()) == {
+        'ns/small': '0/1 nodes are available: 1 a run under way there destroys 1g.10gb',
+        'ns/two': '2g.20gb: no idle instance, and a run is under way on every node it may use that offers it'}
+    assert q.expire(100.0) == []
+    q.guard({}, {})
+    assert sorted((d.pod, d.action) for d in q.decide(2.0)) == [('ns/small', SERVE), ('ns/two', CREATE)]

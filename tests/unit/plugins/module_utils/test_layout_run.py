@@ -16,8 +16,9 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.host._layout_run impo
 from ansible_collections.gpufleet.mig.plugins.module_utils.host._systemd import SystemctlError, Systemd
 
 
-def options(apply, evict, drain, persistence_only, create_only):
-    return dict(apply=apply, evict=evict, drain=drain, persistence_only=persistence_only, create_only=create_only)
+def options(apply, evict, drain, persistence_only, create_only, destroy_idle=None):
+    return dict(apply=apply, evict=evict, drain=drain, persistence_only=persistence_only, create_only=create_only,
+                destroy_idle=destroy_idle)
 
 
 @pytest.mark.parametrize('apply, evict, drain, persistence_only, create_only', list(itertools.product(
@@ -34,6 +35,14 @@ def test_each_combination_of_options_is_refused_by_its_rule_or_runs(apply, evict
         assert problem.startswith('persistence_only installs the boot persistence')
     else:
         assert problem is None
+
+
+def test_destroy_idle_needs_create_only():
+    """The idle destroys a demand run expects come with its creates (an empty create_only for a destroy alone)."""
+    assert option_problem(options(True, False, False, False, None, {'0': {'1g.10gb': 1}})).startswith(
+        'destroy_idle names the idle instances a demand run expects to destroy: set create_only')
+    assert option_problem(options(True, False, False, False, {}, {'0': {'1g.10gb': 1}})) is None
+    assert option_problem(options(True, False, False, False, None, {})) is None
 
 
 def recording():

@@ -1197,6 +1197,54 @@ def test_create_only_refuses_a_mode_change(simulated_host, run_module, host_path
     assert mutating_calls(host) == []
 
 
+# ---- destroy_idle: the gated queue's reshape and release rule --------------------------------------------------
+
+ONE_20GB = {'demand-y': [{'devices': [0], 'mig-enabled': True, 'mig-devices': {'1g.10gb': 1, '1g.20gb': 1}}]}
+
+
+def test_destroy_idle_destroys_exactly_the_expected_idle_instances_then_creates(simulated_host, run_module, host_paths):
+    """A reshape: one idle 1g.10gb destroyed, a 1g.20gb created in its slices, nothing else."""
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [dict(gi) for gi in TWO_SMALL]}])
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, ONE_20GB, create_only={'0': {'1g.20gb': 1}},
+                                                                    destroy_idle={'0': {'1g.10gb': 1}}))
+    assert not failed, result
+    assert sorted(p for p, s in profiles(host.read())) == ['1g.10gb', '1g.20gb']
+    assert [a['action'] for a in result['actions']][:2] == ['destroy_compute_instance', 'destroy_gpu_instance']
+
+
+@pytest.mark.parametrize('destroy_idle, message', [
+    # Not told to destroy: the create-only guard as before.
+    (None, 'is not a create-only change here: GPU 0 would need destroy compute instance (1g.10gb)'),
+    # Told another profile: its instances changed since the decision.
+    ({'0': {'1g.20gb': 1}}, 'the GPUs would lose {"0": {"1g.10gb": 1}}, not the idle instances expected'),
+])
+def test_destroy_idle_refuses_a_destroy_it_was_not_told(simulated_host, run_module, host_paths, destroy_idle, message):
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [dict(gi) for gi in TWO_SMALL]}])
+    before = host.read()['gpus']
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(host_paths, ONE_20GB, create_only={'0': {'1g.20gb': 1}},
+                                                                    destroy_idle=destroy_idle))
+    assert failed and message in result['msg'], result['msg']
+    assert result['gpus_changed'] is False and host.read()['gpus'] == before and mutating_calls(host) == []
+
+
+def test_destroy_idle_never_destroys_an_instance_a_pod_holds(simulated_host, run_module, host_paths, kubelet_with):
+    """pod-resources name the holders by device id: with one of the two 1g.10gb held, the idle one goes; with both
+    held, the expected idle destroy finds none, and the run is refused before any change."""
+    host = simulated_host([{'model': 'A100-SXM4-80GB', 'mig': dict(ENABLED), 'gpu_instances': [dict(gi) for gi in TWO_SMALL]}])
+    uuids = mig_uuids(run_module)
+    before = host.read()['gpus']
+    both = kubelet_with(pods_on(uuids, [0, 1]))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(
+        host_paths, ONE_20GB, create_only={'0': {'1g.20gb': 1}}, destroy_idle={'0': {'1g.10gb': 1}}, pod_resources_socket=both))
+    assert failed and result['gpus_changed'] is False and 'busy instances are never destroyed' in result['msg'], result
+    assert host.read()['gpus'] == before and mutating_calls(host) == []
+    one = kubelet_with(pods_on(uuids, [1]))
+    result, failed = run_module(nvidia_mig_layout.main, layout_args(
+        host_paths, ONE_20GB, create_only={'0': {'1g.20gb': 1}}, destroy_idle={'0': {'1g.10gb': 1}}, pod_resources_socket=one))
+    assert not failed, result
+    assert [s for p, s in profiles(host.read()) if p == '1g.10gb'] == [1]
+
+
 # ---- issue 39: a decision never calls systemctl; a failed boot persistence is not a failed apply -------------------
 
 UNITS = ['gpufleet-mig-layout.service', 'gpufleet-mig-metrics.timer']

@@ -34,9 +34,13 @@ def test_settings_defaults_and_bad_values():
     assert source.settings({}) == {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0,
                                    'namespace': None, 'fast': False, 'fast_quiet_period': 0.5, 'fast_timeout': 120.0, 'policy': {},
                                    'gated': False, 'gated_release_after': 1800.0,
-                                   'gated_options': GatedOptions(release_after=1800.0, destroy_after=None, reshape=False)}
+                                   'gated_options': GatedOptions(release_after=1800.0, destroy_after=2.0, reshape=True)}
     gated = source.settings({'gated': 'yes', 'gated_release_after': '60', 'gated_order': 'smallest-first', 'gated_placement': 'spread'})
-    assert gated['gated'] and gated['gated_options'] == GatedOptions(60.0, None, 'smallest-first', 'spread', False)
+    assert gated['gated'] and gated['gated_options'] == GatedOptions(60.0, 2.0, 'smallest-first', 'spread', True)
+    assert source.settings({'gated_destroy_after': 'keep'})['gated_options'].destroy_after is None
+    assert source.settings({'gated_destroy_after': '12.5'})['gated_options'].destroy_after == 12.5
+    # One namespace's watch cannot see every pod the destroy guard must: no destroy there.
+    assert source.settings({'gated': True, 'namespace': 'ml'})['gated_options'] == GatedOptions(destroy_after=None, reshape=False)
     assert source.settings({'quiet_period': '2', 'namespace': 'ml', 'retry_max': ''})['quiet_period'] == 2.0
     for bad, words in (({'quiet_period': 'soon'}, 'quiet_period must be a number'),
                        ({'max_delay': 0}, 'max_delay must be more than 0'),
@@ -48,6 +52,8 @@ def test_settings_defaults_and_bad_values():
                        ({'gated_release_after': 0}, 'gated_release_after must be more than 0'),
                        ({'gated_order': 'random'}, "gated_order must be queue or smallest-first: got 'random'"),
                        ({'gated_placement': 'far'}, "gated_placement must be pack or spread: got 'far'"),
+                       ({'gated_destroy_after': 'soon'}, "gated_destroy_after must be a number of seconds or keep, got 'soon'"),
+                       ({'gated_destroy_after': -1}, 'gated_destroy_after must be a number of seconds, not negative'),
                        ({'policy': '[1]'}, 'policy must be a mapping')):
         with pytest.raises(source.SourceError, match=words.replace('(', r'\(').replace(')', r'\)')):
             source.settings(bad)
