@@ -193,6 +193,7 @@ class GatedDemand(object):
         if not (self.created or self.runs or self.pinned or self.freed.since or any((self.freed.held or {}).values())
                 or any(has_gate(p) or pinned_node(p) for p in self.pods.values())):
             self.next_deadline = None
+            self.ended.clear()   # bounded on a cluster without the gate; an ended holder then counts as held (safe)
             return []   # nothing gated or pinned (a cluster without the slice gate): no decision to take
         actions = []
         for key, node in self.created:

@@ -299,6 +299,7 @@ def test_a_pod_kube_scheduler_placed_leaves_its_instance_to_the_next_pod():
     demand.update_pod(holder, deleted=True)
     assert actions(demand, CREATED + 10) == [] and actions(demand, CREATED + 20) == []
     assert demand.seconds_until_due(CREATED + 20) is None
+    assert demand.ended == set()   # what it remembers of ended pods stays bounded where nothing is gated
 
 
 def test_a_pod_of_a_profile_a_run_destroys_is_not_released_before_the_run_ends():
