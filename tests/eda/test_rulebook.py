@@ -117,8 +117,9 @@ def test_one_playbook_run_per_burst_with_every_pending_mig_request_through_every
     (tmp_path / 'vars.yml').write_text(json.dumps({
         'mig_demand_kubeconfig': str(kubeconfig), 'mig_demand_quiet_period': QUIET, 'mig_demand_max_delay': 30,
         'mig_demand_retry_max': 1, 'mig_demand_playbook': RECORD_PLAYBOOK,
-        # The full path against a fake API server that serves pods only; the fast path: the cluster check (docs/eda.md).
-        'mig_demand_fast': False}))
+        # The full path against a fake API server that serves pods only; the fast path and the gated queue (which watch
+        # the nodes too): the cluster checks (docs/eda.md).
+        'mig_demand_fast': False, 'mig_demand_gated': False}))
     (tmp_path / 'inventory.yml').write_text('all:\n  hosts:\n    localhost:\n      ansible_connection: local\n'
                                             '      ansible_python_interpreter: "{{ ansible_playbook_python }}"\n')
     record_dir = tmp_path / 'runs'
