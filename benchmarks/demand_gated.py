@@ -45,7 +45,7 @@ from demand_shipped import FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, FAST_QUIET_
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import SOURCE_OPTIONS
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._destroy_guard import MigPod, unsafe_destroys
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
-    DESTROY, RELEASE, SERVE, SMALLEST_FIRST, SPREAD, GatedOptions, GatedPod, GatedQueue)
+    DESTROY, RELEASE, SERVE, SMALLEST_FIRST, SPREAD, GatedOptions, GatedPod, GatedQueue, destroys_of)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeRoom
 
 RESTART_HOURS = 6.0
@@ -146,8 +146,7 @@ class GatedReplay(Replay):
                 runs.setdefault(decision.node, []).append(decision)
         for node in sorted(runs):
             self.actions.append((node, runs[node]))
-            self.busy[node] = set(p for d in runs[node] for dummy, p, dummy2 in d.destroys) | \
-                set(d.profile for d in runs[node] if d.action == DESTROY)
+            self.busy[node] = set(profile for dummy, profile, dummy2 in destroys_of(runs[node]))
         self.next_run()
 
     def next_run(self):

@@ -52,7 +52,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_plan
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._destroy_guard import (
     ANY_PROFILE, FreedInstances, MigPod, unsafe_destroys)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
-    CREATE, DESTROY, RELEASE, RESHAPE, SERVE, GatedOptions, GatedPod, GatedQueue)
+    CREATE, DESTROY, RELEASE, RESHAPE, SERVE, GatedOptions, GatedPod, GatedQueue, destroys_of)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._node_fit import NodeFitError, NodeRoom, PodPlacementRules
 
@@ -303,8 +303,7 @@ class GatedDemand(object):
         self.sequence += 1
         run = 'gated-%s-%d' % (self.token, self.sequence)
         creates = [(d.gpu, d.profile, d.start) for d in decisions if d.action != DESTROY]
-        destroys = [(d.gpu, profile, start) for d in decisions for dummy, profile, start in d.destroys] + \
-            [(d.gpu, d.profile, d.start) for d in decisions if d.action == DESTROY]
+        destroys = destroys_of(decisions)
         pods = sorted(d.pod for d in decisions if d.pod)
         self.runs[run] = (node, now + self.create_timeout, pods, set(profile for dummy, profile, dummy2 in destroys))
         layout = layout_with_creates(node, gpus, creates, [(index, start) for index, dummy, start in destroys])

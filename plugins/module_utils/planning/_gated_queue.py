@@ -129,6 +129,12 @@ class Decision:
                 'destroys': [{'id': i, 'profile': p, 'start': s} for i, p, s in self.destroys]}
 
 
+def destroys_of(decisions):
+    """(GPU index, profile, start) of the instances ``decisions`` destroy: a reshape's, and a destroy's own."""
+    return [(d.gpu, profile, start) for d in decisions for dummy, profile, start in d.destroys] + \
+        [(d.gpu, d.profile, d.start) for d in decisions if d.action == DESTROY]
+
+
 class GatedQueue(object):
     """The gated pods, the fleet's instances and the decisions under way (see the module's docstring)."""
 
