@@ -43,14 +43,14 @@ import time
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import (
     FAST_EVENT_KEY, bound_profiles, run_outcome, slim_node, slim_pod)
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key, pod_mig_resources
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key, pod_mig_resources, pod_resource_names
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import PIN_ANNOTATION, has_gate, pinned_node
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
     GPUS_ANNOTATION, read_gpus_annotation, with_holders)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_input import DemandPlanError
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_planner import layout_with_creates
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._destroy_guard import (
-    ANY_PROFILE, FreedInstances, MigPod, unsafe_destroys)
+    FreedInstances, MigPod, guarded_profiles, unsafe_destroys)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import (
     CREATE, DESTROY, RELEASE, RESHAPE, SERVE, GatedOptions, GatedPod, GatedQueue, destroys_of)
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import profile_of_resource
@@ -91,12 +91,13 @@ def gated_pod(pod):
 class GatedDemand(object):
     """The gated pods and GPU nodes the source watches, and its create runs under way (see the module's docstring)."""
 
-    def __init__(self, options=None, create_timeout=120.0, token=None):
+    def __init__(self, options=None, create_timeout=120.0, token=None, renamed=()):
         self.options = options or GatedOptions(**SOURCE_OPTIONS)
         problem = self.options.problem()
         if problem:
             raise DemandPlanError(problem)
         self.create_timeout = float(create_timeout)
+        self.renamed = frozenset(renamed)   # names the device plugin gives MIG devices besides nvidia.com/mig-*
         self.token = token or os.urandom(4).hex()
         self.pods = {}       # key -> slim pod with its scheduling gates, every pod not finished
         self.nodes = {}      # node name -> slim node, for the nodes with a GPU annotation
@@ -286,14 +287,17 @@ class GatedDemand(object):
         shown yet."""
         pods = []
         for key, pod in self.pods.items():
-            profiles = tuple(sorted(set(profile_of_resource(r) or ANY_PROFILE for r in pod_mig_resources(pod['spec']))))
+            profiles, unread = guarded_profiles(pod_resource_names(pod['spec']), self.renamed)
             if not profiles:
                 continue
+            # A renamed resource says no profile: the pod may land only where it is advertised.
+            nodes = tuple(sorted(name for name, node in self.nodes.items() if any(
+                str(node['status']['allocatable'].get(r, '0')).strip() not in ('', '0') for r in unread))) if unread else None
             gated, pinned = has_gate(pod), pinned_node(pod)
             if key in self.pinned:
                 gated, pinned = False, self.pinned[key]
             pods.append(MigPod(key, profiles, pod['spec'].get('nodeName'), bool(pod['status'].get('admitted')), gated, pinned,
-                               pod['status'].get('phase') in ('Succeeded', 'Failed')))
+                               pod['status'].get('phase') in ('Succeeded', 'Failed'), nodes))
         return pods
 
     def _create_event(self, node, decisions, now):

@@ -67,6 +67,16 @@ def pod_mig_resources(spec):
     return total
 
 
+def pod_resource_names(spec):
+    """The resource names the pod's containers and init containers ask for a count of, by request or limit, sorted."""
+    names = set()
+    for container in (spec.get('containers') or []) + (spec.get('initContainers') or []):
+        resources = container.get('resources') or {}
+        for wanted in (resources.get('limits') or {}, resources.get('requests') or {}):
+            names.update(name for name, quantity in wanted.items() if _count(quantity))
+    return sorted(names)
+
+
 def _unschedulable_message(status):
     """The PodScheduled condition's message when the scheduler marked the pod Unschedulable, else None."""
     for condition in status.get('conditions') or []:

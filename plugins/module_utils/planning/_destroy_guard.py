@@ -18,6 +18,11 @@ P without the slice gate waits for kube-scheduler (pinned to N, or free to go an
 queue's: it pins none to a node while a run is under way there, and releases none of a profile a run destroys.
 A pod created without the gate (a namespace the gate does not cover) during the run is not seen here: docs/eda.md says
 so, and the gate's default covers every namespace.
+
+Which pods ask for MIG devices (:func:`guarded_profiles`): a ``nvidia.com/mig-<profile>`` resource, time-sliced
+(``.shared``) or not, is its profile; a resource the device plugin renamed (time-slicing's ``rename``, named to the
+source) says no profile, so it stands for every profile, only on the nodes that advertise it (a pod is bound only
+where every resource it asks for is).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,6 +31,8 @@ __metaclass__ = type
 
 from dataclasses import dataclass
 from typing import Optional, Tuple
+
+from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resources import MIG_PREFIX, profile_of_resource
 
 # Any node: a pod kube-scheduler may bind anywhere. Any profile: a MIG resource whose profile cannot be read.
 ANY_NODE, ANY_PROFILE = None, '*'
@@ -36,7 +43,8 @@ class MigPod:
     """A pod asking for MIG devices, as the destroy guard reads it: ``profiles`` it asks for (:data:`ANY_PROFILE` for a
     MIG resource whose profile cannot be read), ``node`` it is bound to
     (None: not bound), ``admitted`` (the kubelet wrote its container statuses: its devices are allocated), ``gated``
-    (it carries the slice gate), ``pinned`` (the node its affinity names, the gate gone) and ``finished``."""
+    (it carries the slice gate), ``pinned`` (the node its affinity names, the gate gone), ``finished`` and ``nodes``:
+    the nodes it may be bound to, when what it asks for is advertised only there (None: any node)."""
 
     key: str
     profiles: Tuple[str, ...]
@@ -45,6 +53,23 @@ class MigPod:
     gated: bool = False
     pinned: Optional[str] = None
     finished: bool = False
+    nodes: Optional[Tuple[str, ...]] = None
+
+
+def guarded_profiles(resources, renamed=()):
+    """(profiles, unread) of the resource names a pod asks for, as the guard reads them: a ``nvidia.com/mig-<profile>``
+    name, time-sliced (``.shared``) or not, is its profile; another ``nvidia.com/mig-`` name, or one of ``renamed``
+    (the names the device plugin gives MIG devices, time-slicing's ``rename``), is :data:`ANY_PROFILE` and listed in
+    ``unread``, sorted; any other name (a whole GPU, CPU) asks for no MIG device."""
+    profiles, unread = set(), set()
+    for name in resources:
+        profile = profile_of_resource(name)
+        if profile is not None:
+            profiles.add(profile)
+        elif name.startswith(MIG_PREFIX) or name in renamed:
+            profiles.add(ANY_PROFILE)
+            unread.add(name)
+    return tuple(sorted(profiles)), tuple(sorted(unread))
 
 
 def unsafe_destroys(pods):
@@ -64,9 +89,16 @@ def unsafe_destroys(pods):
         elif pod.pinned is not None:
             where, why = pod.pinned, 'pod %s is pinned to node %s and not bound yet (the kubelet may give it any idle ' \
                 'instance of its profile there)' % (pod.key, pod.pinned)
-        else:
+        elif pod.nodes is None:
             where, why = ANY_NODE, 'pod %s waits for kube-scheduler without the slice gate (it may be bound to any node ' \
                 'with an idle instance of its profile)' % pod.key
+        else:
+            for node in pod.nodes:
+                why = 'pod %s waits for kube-scheduler without the slice gate (it may be bound to node %s, which ' \
+                    'advertises what it asks for)' % (pod.key, node)
+                for profile in pod.profiles:
+                    unsafe.setdefault((node, profile), why)
+            continue
         for profile in pod.profiles:
             unsafe.setdefault((where, profile), why)
     return unsafe

@@ -44,6 +44,9 @@ Arguments:
     its reason logged (default 1800)
   gated_order: queue (kube-scheduler's: priority, then creation) or smallest-first (default queue)
   gated_placement: pack (the most allocated node first) or spread (default pack)
+  gated_resources: the resource names, besides nvidia.com/mig-<profile>, that the device plugin gives MIG devices
+    (time-slicing's rename: the names the slice gate gates besides nvidia.com/mig-*), a list or its JSON (default
+    none). A pod waiting for one keeps every idle instance of the nodes that advertise it (the destroy guard)
 
 The bearer token is sent in the Authorization header only: never logged, never on a command line.
 
@@ -102,7 +105,7 @@ try:
         PIN, SOURCE_OPTIONS, GatedDemand, GatedOptions)
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_demand import EVENT_KEY, PendingDemand
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import release_patch
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import SliceGateError, gated_resources, release_patch
 except ImportError:
     # ansible-rulebook runs this file with runpy, outside Ansible's collection loader: the collection's own
     # module_utils are importable once the folder holding ansible_collections/ is on the path (this file is
@@ -116,7 +119,7 @@ except ImportError:
         PIN, SOURCE_OPTIONS, GatedDemand, GatedOptions)
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_demand import EVENT_KEY, PendingDemand
     from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key
-    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import release_patch
+    from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import SliceGateError, gated_resources, release_patch
 
 LOG = logging.getLogger(__name__)
 
@@ -188,7 +191,30 @@ def settings(args):
     if not isinstance(policy, dict):
         raise SourceError('policy must be a mapping (the demand playbook\'s mig_demand_policy), got %r' % (policy,))
     result['policy'] = policy
+    result['gated_resources'] = _resource_names(args.get('gated_resources'))
+    if result['gated'] and result['gated_resources']:
+        LOG.info('mig_pending_pods: the destroy guard reads %s as MIG devices of any profile', ', '.join(result['gated_resources']))
     return result
+
+
+def _resource_names(value):
+    """The ``gated_resources`` argument: a list of resource names, or its JSON (the form a rulebook's Jinja may render)."""
+    if isinstance(value, str) and value.strip():
+        try:
+            value = json.loads(value)
+        except ValueError:
+            try:
+                value = ast.literal_eval(value.strip())
+            except (ValueError, SyntaxError):
+                pass
+    if value is None or value == '':
+        value = []
+    if not isinstance(value, list):
+        raise SourceError('gated_resources must be a list of resource names (such as nvidia.com/small-gpu), got %r' % (value,))
+    try:
+        return gated_resources(extra=value)
+    except SliceGateError as exc:
+        raise SourceError('gated_resources: %s' % exc)
 
 
 def pods_path(namespace):
@@ -442,7 +468,7 @@ async def main(queue, args):
     conn = find_connection(args, os.environ)
     fast = FastPath(config['fast_quiet_period'], config['fast_timeout'], config['policy']) if config['fast'] else None
     demand = PendingDemand(config['quiet_period'], config['max_delay'], fast)
-    gated = GatedDemand(config['gated_options'], config['fast_timeout']) if config['gated'] else None
+    gated = GatedDemand(config['gated_options'], config['fast_timeout'], renamed=config['gated_resources']) if config['gated'] else None
     wake, wake_gated = asyncio.Event(), asyncio.Event()
     watched = Watched(demand, gated, wake_gated)
     tasks = [asyncio.ensure_future(_tell(queue, demand, wake))]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._destroy_guard import (
-    ANY_NODE, ANY_PROFILE, FreedInstances, MigPod, destroy_refusal, unsafe_destroys)
+    ANY_NODE, ANY_PROFILE, FreedInstances, MigPod, destroy_refusal, guarded_profiles, unsafe_destroys)
 
 
 @pytest.mark.parametrize('pod, unsafe', [
@@ -69,3 +69,28 @@ def test_the_clock_never_times_more_instances_than_are_idle_nor_more_than_pods_l
             left += max(0, before[key] - held)
         assert len(times) <= idle and len(times) <= left
         assert times == sorted(times) and all(0 <= t <= now for t in times)
+
+
+@pytest.mark.parametrize('resources, profiles, unread', [
+    (['cpu', 'nvidia.com/mig-1g.10gb'], ('1g.10gb',), ()),
+    # a time-sliced replica of an instance is that instance
+    (['nvidia.com/mig-2g.20gb.shared', 'nvidia.com/mig-1g.10gb'], ('1g.10gb', '2g.20gb'), ()),
+    # a MIG name whose profile cannot be read, a renamed MIG resource: every profile
+    (['nvidia.com/mig-1g.weird'], (ANY_PROFILE,), ('nvidia.com/mig-1g.weird',)),
+    (['nvidia.com/small-gpu', 'nvidia.com/mig-1g.10gb'], (ANY_PROFILE, '1g.10gb'), ('nvidia.com/small-gpu',)),
+    # whole GPUs, and a name the source was not told is a MIG device
+    (['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'example.com/nic'], (), ()),
+])
+def test_the_guard_reads_every_name_a_mig_device_is_asked_for_by(resources, profiles, unread):
+    assert guarded_profiles(resources, renamed=('nvidia.com/small-gpu',)) == (tuple(sorted(profiles)), unread)
+
+
+def test_a_pod_that_may_land_only_where_its_resource_is_advertised_keeps_the_instances_of_those_nodes_only():
+    unsafe = unsafe_destroys([MigPod('ns/r', (ANY_PROFILE,), nodes=('n1', 'n3'))])
+    assert sorted(unsafe) == [('n1', ANY_PROFILE), ('n3', ANY_PROFILE)]
+    assert 'ns/r' in destroy_refusal(unsafe, 'n3', '3g.40gb') and 'advertises what it asks for' in unsafe[('n1', ANY_PROFILE)]
+    assert destroy_refusal(unsafe, 'n2', '3g.40gb') is None
+    # advertised nowhere: it can be bound nowhere before the run ends
+    assert unsafe_destroys([MigPod('ns/r', (ANY_PROFILE,), nodes=())]) == {}
+    # bound or pinned, the node it names counts, not where its resource is advertised
+    assert sorted(unsafe_destroys([MigPod('ns/r', (ANY_PROFILE,), pinned='n2', nodes=('n1',))])) == [('n2', ANY_PROFILE)]

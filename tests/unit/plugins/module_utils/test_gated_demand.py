@@ -250,6 +250,7 @@ def test_a_reshape_destroys_idle_instances_of_another_profile_in_the_same_run_as
 
 @pytest.mark.parametrize('other, why', [
     (pod('plain', {'nvidia.com/mig-1g.10gb': '1'}), 'waits for kube-scheduler without the slice gate'),
+    (pod('replica', {'nvidia.com/mig-1g.10gb.shared': '1'}), 'waits for kube-scheduler without the slice gate'),
     (patched(gated('pinned'), 'node-1'), 'is pinned to node node-1 and not bound yet'),
     (bound('arriving'), 'is bound to node node-1 and not admitted yet'),
 ])
@@ -263,6 +264,23 @@ def test_no_idle_instance_is_destroyed_while_a_pod_could_be_given_it(other, why)
     demand.update_pod(other, deleted=True)
     [create] = demand.take_actions(CREATED + 20)
     assert create['event']['mig_demand_create']['destroys'] == {'0': {'1g.10gb': 2}}
+
+
+@pytest.mark.parametrize('advertised, kept', [({'nvidia.com/small-gpu': '4'}, True), ({'nvidia.com/small-gpu': '0'}, False), ({}, False)])
+def test_a_pod_waiting_for_a_renamed_mig_resource_keeps_the_idle_instances_of_the_nodes_that_advertise_it(advertised, kept):
+    """The name says no profile, so every idle instance of a node that advertises it is kept while the pod waits; a
+    node that does not advertise it cannot be given the pod, and its instances may go."""
+    node = gpu_node(instances=SEVEN_IDLE[:2])
+    node['status']['allocatable'].update(advertised)
+    demand = GatedDemand(GatedOptions(), create_timeout=60, token='t', renamed=('nvidia.com/small-gpu',))
+    demand.replace_nodes([node], CREATED)
+    demand.replace_pods([gated('big', profile='7g.80gb'), pod('renamed', {'nvidia.com/small-gpu': '1'})])
+    found = demand.take_actions(CREATED + 10)
+    if kept:
+        assert found == [] and 'team-a/renamed' in demand.waiting[0][1] and 'advertises what it asks for' in demand.waiting[0][1]
+    else:
+        [create] = found
+        assert create['event']['mig_demand_create']['destroys'] == {'0': {'1g.10gb': 2}}
 
 
 def test_an_admitted_pod_lets_the_other_idle_instances_go():

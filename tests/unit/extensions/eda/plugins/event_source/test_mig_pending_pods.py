@@ -33,7 +33,7 @@ def test_settings_defaults_and_bad_values():
     from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gated_queue import GatedOptions
     assert source.settings({}) == {'quiet_period': 10.0, 'max_delay': 60.0, 'watch_timeout': 300, 'retry_max': 30.0,
                                    'namespace': None, 'fast': False, 'fast_quiet_period': 0.5, 'fast_timeout': 120.0, 'policy': {},
-                                   'gated': False, 'gated_release_after': 1800.0,
+                                   'gated': False, 'gated_release_after': 1800.0, 'gated_resources': [],
                                    'gated_options': GatedOptions(release_after=1800.0, destroy_after=2.0, reshape=True)}
     gated = source.settings({'gated': 'yes', 'gated_release_after': '60', 'gated_order': 'smallest-first', 'gated_placement': 'spread'})
     assert gated['gated'] and gated['gated_options'] == GatedOptions(60.0, 2.0, 'smallest-first', 'spread', True)
@@ -42,6 +42,11 @@ def test_settings_defaults_and_bad_values():
     # One namespace's watch cannot see every pod the destroy guard must: no destroy there.
     assert source.settings({'gated': True, 'namespace': 'ml'})['gated_options'] == GatedOptions(destroy_after=None, reshape=False)
     assert source.settings({'quiet_period': '2', 'namespace': 'ml', 'retry_max': ''})['quiet_period'] == 2.0
+    # The renamed MIG resources: a list, its JSON or the Python form a rulebook's Jinja renders it in; sorted, once each.
+    for given in (['nvidia.com/small-gpu', 'example.com/slice', 'nvidia.com/small-gpu'], '["example.com/slice", "nvidia.com/small-gpu"]',
+                  "['nvidia.com/small-gpu', 'example.com/slice']"):
+        assert source.settings({'gated_resources': given})['gated_resources'] == ['example.com/slice', 'nvidia.com/small-gpu']
+    assert source.settings({'gated_resources': ''})['gated_resources'] == [] == source.settings({'gated_resources': '[]'})['gated_resources']
     for bad, words in (({'quiet_period': 'soon'}, 'quiet_period must be a number'),
                        ({'max_delay': 0}, 'max_delay must be more than 0'),
                        ({'retry_max': -1}, 'retry_max must be more than 0'),
@@ -54,9 +59,19 @@ def test_settings_defaults_and_bad_values():
                        ({'gated_placement': 'far'}, "gated_placement must be pack or spread: got 'far'"),
                        ({'gated_destroy_after': 'soon'}, "gated_destroy_after must be a number of seconds or keep, got 'soon'"),
                        ({'gated_destroy_after': -1}, 'gated_destroy_after must be a number of seconds, not negative'),
-                       ({'policy': '[1]'}, 'policy must be a mapping')):
+                       ({'policy': '[1]'}, 'policy must be a mapping'),
+                       ({'gated_resources': 'nvidia.com/small-gpu'}, "gated_resources must be a list of resource names"),
+                       ({'gated_resources': ['small gpu']}, "gated_resources: 'small gpu' is not a resource name")):
         with pytest.raises(source.SourceError, match=words.replace('(', r'\(').replace(')', r'\)')):
             source.settings(bad)
+
+
+def test_the_renamed_resources_the_guard_reads_are_logged_once_at_start(caplog):
+    with caplog.at_level(logging.INFO):
+        source.settings({'gated': True, 'gated_resources': ['nvidia.com/small-gpu']})
+        source.settings({'gated': False, 'gated_resources': ['nvidia.com/big-gpu']})
+    assert [r.getMessage() for r in caplog.records] == [
+        'mig_pending_pods: the destroy guard reads nvidia.com/small-gpu as MIG devices of any profile']
 
 
 def test_pods_path_all_namespaces_or_one():
