@@ -39,7 +39,7 @@ import statistics
 
 import demand_replay
 from demand_baselines import DraDynamicMig
-from demand_replay import POLICY, SIZE_CLASSES, Replay
+from demand_replay import POLICY, SIZE_CLASSES, Replay, spread
 from demand_shipped import FAST_CREATE_SECONDS, FAST_PLUGIN_SECONDS, FAST_QUIET_SECONDS, FAST_RUN_SECONDS, NODE_STATUS_SECONDS
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._gated_demand import SOURCE_OPTIONS
@@ -325,7 +325,8 @@ def print_served(labels, results, spread):
 
 def goal(label, results):
     """The goal line: the gated row's median at or above DRA in pods placed, its slice-hours' median not below DRA's
-    lowest seed (within DRA's spread, or above it), no eviction."""
+    lowest seed (within DRA's spread, or above it), no eviction; then which pods each placed that the other did not
+    (the same count can hide other pods), and the pods that gave up while a GPU had room."""
     mine, dra = results[label], results[DraDynamicMig.label]
     lead = statistics.median([f['placed'] - d['placed'] for f, d in zip(mine, dra)])
     hours = statistics.median(f['slice_hours'] for f in mine)
@@ -338,3 +339,8 @@ def goal(label, results):
           'ahead on %d of %d seeds), slice-hours %.0f (DRA %.0f/%.0f/%.0f), %d evicted: %s'
           % (label, lead, ahead, len(mine), hours, dra_hours[0], statistics.median(dra_hours), dra_hours[-1],
              evicted, 'met' if met else 'NOT met'))
+    print('  pod by pod, per seed (min/median/max): placed here and not by DRA %s, by DRA and not here %s; gave up here '
+          'while a GPU had room (idle instances counted free) %s, there %s'
+          % (spread([len(f['placed_requests'] - d['placed_requests']) for f, d in zip(mine, dra)]),
+             spread([len(d['placed_requests'] - f['placed_requests']) for f, d in zip(mine, dra)]),
+             spread([f['lost_with_room'] for f in mine]), spread([d['lost_with_room'] for d in dra])))

@@ -347,15 +347,16 @@ def served(replay):
 
 
 def figures(replay):
-    """What one replay achieved: placed requests, minutes pending to running (mean, p95), reconfigurations, cordons,
-    runs, evictions, stranded slice-hours, and the pods that gave up while a GPU had room for them (idle instances
-    counted as free: lost to the policy's reaction, not to packing)."""
+    """What one replay achieved: placed requests (their count, and which), minutes pending to running (mean, p95),
+    reconfigurations, cordons, runs, evictions, stranded slice-hours, and the pods that gave up while a GPU had room for
+    them (idle instances counted as free: lost to the policy's reaction, not to packing)."""
     waits = [(r.running_at - r.arrival) / MINUTE for r in replay.requests if r.placed_at is not None]
     return dict(served(replay), **{
         'requests': len(replay.requests), 'placed': len(waits), 'mean_pending': sum(waits) / len(waits) if waits else 0.0,
         'p95_pending': percentile(waits, 0.95), 'reconfigurations': replay.reconfigurations, 'cordons': replay.cordons,
         'runs': replay.runs, 'evicted': replay.evicted, 'stranded_slice_hours': replay.stranded_seconds / 3600.0,
-        'lost_with_room': replay.lost_with_room})
+        'lost_with_room': replay.lost_with_room,
+        'placed_requests': frozenset(r.name for r in replay.requests if r.placed_at is not None)})
 
 
 def spread(values, form='%d'):
