@@ -108,6 +108,14 @@ def not_gated_expression():
     return '!(has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(g, g.name == %s))' % _cel_string(SLICE_GATE)
 
 
+def not_bound_expression():
+    """The policy's CEL match condition: the pod does not name its node. Kubernetes refuses to create a pod with both
+    ``spec.nodeName`` and a scheduling gate ("spec.nodeName: Forbidden: cannot be set until all schedulingGates have
+    been cleared", ValidatePodCreate in pkg/apis/core/validation), so gating one would refuse it; such a pod skips
+    kube-scheduler, and the gated queue has nothing to decide for it."""
+    return "!has(object.spec.nodeName) || object.spec.nodeName == ''"
+
+
 def apply_expression():
     """The policy's mutation, an apply configuration: the gate merged into the pod's gates. schedulingGates is a list
     map keyed by name, so the pod's other gates stay as they are. (Not a JSON patch: kube-apiserver 1.34.4 panics
@@ -157,7 +165,8 @@ def slice_gate_objects(api_version, resources=None, namespaces=None, selector=No
                 {'apiGroups': [''], 'apiVersions': ['v1'], 'operations': ['CREATE'], 'resources': ['pods']}]},
             'matchConditions': [
                 {'name': 'asks-for-mig', 'expression': match_expression(resources or [])},
-                {'name': 'not-gated-yet', 'expression': not_gated_expression()}],
+                {'name': 'not-gated-yet', 'expression': not_gated_expression()},
+                {'name': 'not-bound', 'expression': not_bound_expression()}],
             # A gate is only ever added at creation (Kubernetes refuses new gates later): if the policy cannot run,
             # the pod is refused rather than admitted ungated behind the event source's back.
             'failurePolicy': 'Fail',

@@ -62,10 +62,12 @@ def test_the_policy_matches_pod_creation_only_and_its_conditions_name_every_gate
     assert policy['apiVersion'] == binding['apiVersion'] == V1BETA1
     assert policy['spec']['matchConstraints']['resourceRules'] == [
         {'apiGroups': [''], 'apiVersions': ['v1'], 'operations': ['CREATE'], 'resources': ['pods']}]
-    asks, not_gated = [c['expression'] for c in policy['spec']['matchConditions']]
+    asks, not_gated, not_bound = [c['expression'] for c in policy['spec']['matchConditions']]
     assert '"nvidia.com/mig-"' in asks and '["nvidia.com/small-gpu"]' in asks
     assert 'initContainers' in asks and 'requests' in asks and 'limits' in asks
     assert not_gated.startswith('!') and '"gpufleet.mig/slice"' in not_gated
+    # A pod that names its node cannot carry a gate (the API server refuses it): left alone.
+    assert not_bound == "!has(object.spec.nodeName) || object.spec.nodeName == ''"
     mutation = policy['spec']['mutations'][0]
     assert mutation['patchType'] == 'ApplyConfiguration'
     assert '"gpufleet.mig/slice"' in mutation['applyConfiguration']['expression']
