@@ -209,7 +209,7 @@ def _resource_names(value):
                 pass
     if value is None or value == '':
         value = []
-    if not isinstance(value, list):
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
         raise SourceError('gated_resources must be a list of resource names (such as nvidia.com/small-gpu), got %r' % (value,))
     try:
         return gated_resources(extra=value)

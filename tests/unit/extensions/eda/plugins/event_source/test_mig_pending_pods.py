@@ -61,6 +61,7 @@ def test_settings_defaults_and_bad_values():
                        ({'gated_destroy_after': -1}, 'gated_destroy_after must be a number of seconds, not negative'),
                        ({'policy': '[1]'}, 'policy must be a mapping'),
                        ({'gated_resources': 'nvidia.com/small-gpu'}, "gated_resources must be a list of resource names"),
+                       ({'gated_resources': [{'name': 'nvidia.com/small-gpu'}]}, "gated_resources must be a list of resource names"),
                        ({'gated_resources': ['small gpu']}, "gated_resources: 'small gpu' is not a resource name")):
         with pytest.raises(source.SourceError, match=words.replace('(', r'\(').replace(')', r'\)')):
             source.settings(bad)
