@@ -94,3 +94,36 @@ def test_a_pod_that_may_land_only_where_its_resource_is_advertised_keeps_the_ins
     assert unsafe_destroys([MigPod('ns/r', (ANY_PROFILE,), nodes=())]) == {}
     # bound or pinned, the node it names counts, not where its resource is advertised
     assert sorted(unsafe_destroys([MigPod('ns/r', (ANY_PROFILE,), pinned='n2', nodes=('n1',))])) == [('n2', ANY_PROFILE)]
+
+
+NAMES = ['nvidia.com/mig-1g.10gb', 'nvidia.com/mig-1g.10gb.shared', 'nvidia.com/mig-3g.40gb', 'nvidia.com/mig-x',
+         'nvidia.com/small-gpu', 'nvidia.com/gpu', 'cpu']
+NODES = ['n1', 'n2', 'n3']
+PODS = st.lists(st.tuples(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3), st.sampled_from([None] + NODES),
+                          st.booleans(), st.booleans(), st.sampled_from([None] + NODES), st.booleans(),
+                          st.sampled_from([None, (), ('n1',), ('n2', 'n3')])), max_size=6)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(PODS)
+def test_an_idle_instance_any_waiting_pod_could_be_given_is_never_destroyable(generated):
+    """The invariant over generated pods, read from their resource names as the source reads them: an idle instance of
+    profile P on node N is refused whenever some pod could be given it before a run ends (bound to N and not admitted,
+    pinned to N, or waiting without the gate for any node or for one of the nodes that advertise what it asks for),
+    and the refusal names such a pod."""
+    pods = []
+    for number, (names, node, admitted, gated, pinned, finished, nodes) in enumerate(generated):
+        profiles, dummy = guarded_profiles(names, renamed=('nvidia.com/small-gpu',))
+        if profiles:
+            pods.append(MigPod('ns/p%d' % number, profiles, node, admitted, gated, pinned, finished, nodes))
+    unsafe = unsafe_destroys(pods)
+    for node in NODES:
+        for profile in ('1g.10gb', '3g.40gb', '7g.80gb'):
+            could = [p.key for p in pods if not p.finished and (profile in p.profiles or ANY_PROFILE in p.profiles) and (
+                (p.node == node and not p.admitted) or (p.node is None and not p.gated and (
+                    p.pinned == node or (p.pinned is None and (p.nodes is None or node in p.nodes)))))]
+            why = destroy_refusal(unsafe, node, profile)
+            if could:
+                assert why is not None and any(key in why for key in could), (node, profile, could, why)
+            else:
+                assert why is None, (node, profile, why)
