@@ -43,7 +43,8 @@ import time
 
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._fast_path import (
     FAST_EVENT_KEY, bound_profiles, run_outcome, slim_node, slim_pod)
-from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import pod_key, pod_mig_resources, pod_resource_names
+from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._pending_pods import (
+    pod_key, pod_mig_resources, pod_resource_names, resource_count)
 from ansible_collections.gpufleet.mig.plugins.module_utils.k8s._slice_gate import PIN_ANNOTATION, has_gate, pinned_node
 from ansible_collections.gpufleet.mig.plugins.module_utils.planning._demand_fast import (
     GPUS_ANNOTATION, read_gpus_annotation, with_holders)
@@ -292,7 +293,7 @@ class GatedDemand(object):
                 continue
             # A renamed resource says no profile: the pod may land only where it is advertised.
             nodes = tuple(sorted(name for name, node in self.nodes.items() if any(
-                str(node['status']['allocatable'].get(r, '0')).strip() not in ('', '0') for r in unread))) if unread else None
+                resource_count(node['status']['allocatable'].get(r, 0)) for r in unread))) if unread else None
             gated, pinned = has_gate(pod), pinned_node(pod)
             if key in self.pinned:
                 gated, pinned = False, self.pinned[key]

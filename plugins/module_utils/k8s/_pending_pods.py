@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.mig.plugins.module_utils.planning._gpu_resourc
 _COUNT = re.compile(r'^[0-9]+\Z')
 
 
-def _count(quantity):
+def resource_count(quantity):
     """An extended resource's quantity: a whole number (the API server refuses any other), else None."""
     text = str(quantity).strip()
     return int(text) if _COUNT.match(text) else None
@@ -41,7 +41,7 @@ def _container_mig(container):
     for name, quantity in merged.items():
         if profile_of_resource(name) is None or is_shared_resource(name):
             continue
-        count = _count(quantity)
+        count = resource_count(quantity)
         if count:
             wanted[name] = count
     return wanted
@@ -73,7 +73,7 @@ def pod_resource_names(spec):
     for container in (spec.get('containers') or []) + (spec.get('initContainers') or []):
         resources = container.get('resources') or {}
         for wanted in (resources.get('limits') or {}, resources.get('requests') or {}):
-            names.update(name for name, quantity in wanted.items() if _count(quantity))
+            names.update(name for name, quantity in wanted.items() if resource_count(quantity))
     return sorted(names)
 
 

@@ -82,25 +82,22 @@ def unsafe_destroys(pods):
         if pod.node is not None:
             if pod.admitted:
                 continue
-            where, why = pod.node, 'pod %s is bound to node %s and not admitted yet (the kubelet allocates its devices ' \
-                'when it admits it)' % (pod.key, pod.node)
+            places = [(pod.node, 'pod %s is bound to node %s and not admitted yet (the kubelet allocates its devices '
+                       'when it admits it)' % (pod.key, pod.node))]
         elif pod.gated:
             continue
         elif pod.pinned is not None:
-            where, why = pod.pinned, 'pod %s is pinned to node %s and not bound yet (the kubelet may give it any idle ' \
-                'instance of its profile there)' % (pod.key, pod.pinned)
+            places = [(pod.pinned, 'pod %s is pinned to node %s and not bound yet (the kubelet may give it any idle '
+                       'instance of its profile there)' % (pod.key, pod.pinned))]
         elif pod.nodes is None:
-            where, why = ANY_NODE, 'pod %s waits for kube-scheduler without the slice gate (it may be bound to any node ' \
-                'with an idle instance of its profile)' % pod.key
+            places = [(ANY_NODE, 'pod %s waits for kube-scheduler without the slice gate (it may be bound to any node '
+                       'with an idle instance of its profile)' % pod.key)]
         else:
-            for node in pod.nodes:
-                why = 'pod %s waits for kube-scheduler without the slice gate (it may be bound to node %s, which ' \
-                    'advertises what it asks for)' % (pod.key, node)
-                for profile in pod.profiles:
-                    unsafe.setdefault((node, profile), why)
-            continue
-        for profile in pod.profiles:
-            unsafe.setdefault((where, profile), why)
+            places = [(node, 'pod %s waits for kube-scheduler without the slice gate (it may be bound to node %s, which '
+                       'advertises what it asks for)' % (pod.key, node)) for node in pod.nodes]
+        for where, why in places:
+            for profile in pod.profiles:
+                unsafe.setdefault((where, profile), why)
     return unsafe
 
 
