@@ -10,7 +10,8 @@ tables; the model lives beside it, each part reusable (a layout advisor builds o
 - benchmarks/demand_replay.py: the replay engine, kube-scheduler binding the pods (:class:`Replay`: subclass it, one
   subclass per policy) and the figures of one replay (:func:`figures`);
 - benchmarks/demand_baselines.py: (a) a static layout, (b) the day/night schedule, (c) NVIDIA's DRA driver with
-  dynamic MIG, (d) a nos-inspired partitioner;
+  dynamic MIG, (d) a nos-inspired partitioner, and the (z) ceilings: the DRA model with MIG's placement rules lifted,
+  what packing alone could add;
 - benchmarks/demand_shipped.py: (e) this collection as it ships, the event source's full path, (e+r) with its release
   trigger, (e+f) with its create-only fast path (what the shipped rulebook runs);
 - benchmarks/demand_gated.py: (g) the gated rows, MIG pods held back by a scheduling gate and decided one at a time in
@@ -29,7 +30,16 @@ import sys
 import time
 
 import demand_gated
-from demand_baselines import DRA_SECONDS, NOS_SECONDS, DayNight, DraDynamicMig, NosInspired, StaticLayout
+from demand_baselines import (
+    DRA_SECONDS,
+    NOS_SECONDS,
+    DayNight,
+    DraDynamicMig,
+    GpuPooledCeiling,
+    NodePooledCeiling,
+    NosInspired,
+    StaticLayout,
+)
 from demand_replay import MAX_DELAY_SECONDS, QUIET_SECONDS, figures, spread
 from demand_shipped import (
     FAST_CREATE_SECONDS,
@@ -50,7 +60,7 @@ from demand_workload import BURST_HOURS, MODELS, fleet_slices, request_stream, s
 def policies(layouts, release_idle=False, options=None):
     """(label, factory(requests, options, seed)) of each policy compared, in print order; the release_idle variant
     (not the shipped policy, and three times the CPU of the others together) only when asked; the gated rows
-    (benchmarks/demand_gated.py) when ``options`` are given."""
+    (benchmarks/demand_gated.py) when ``options`` are given; the ceilings last."""
     return [
         (StaticLayout.label, lambda r, o, s: StaticLayout(r, o, s, layouts['all-balanced'])),
         (DayNight.label, lambda r, o, s: DayNight(r, o, s, layouts)),
@@ -60,7 +70,8 @@ def policies(layouts, release_idle=False, options=None):
         (ShippedDemandReleaseTrigger.label, ShippedDemandReleaseTrigger),
         (ShippedFastPath.label, ShippedFastPath),
     ] + ([(ReleaseIdleDemand.label, ReleaseIdleDemand)] if release_idle else []) + \
-        (demand_gated.policies(options) if options is not None else [])
+        (demand_gated.policies(options) if options is not None else []) + \
+        [(GpuPooledCeiling.label, GpuPooledCeiling), (NodePooledCeiling.label, NodePooledCeiling)]
 
 
 def main(argv=None):
@@ -138,7 +149,8 @@ def main(argv=None):
               % (label, 100 * gain, lead, max(f['evicted'] for f in mine), 'met' if met else 'NOT met'))
     print('Served (slice-hours: memory slices times hours held, to the replay\'s end; per size class: pods placed):')
     gated = [label for label, dummy in demand_gated.policies(options)]
-    demand_gated.print_served([StaticLayout.label, DraDynamicMig.label, ShippedFastPath.label] + gated, results, spread)
+    demand_gated.print_served([StaticLayout.label, DraDynamicMig.label, ShippedFastPath.label] + gated +
+                              [GpuPooledCeiling.label, NodePooledCeiling.label], results, spread)
     for label in gated:
         demand_gated.goal(label, results)
     print('run time %.1f s wall, %.1f s CPU (one core)' % (time.perf_counter() - started, time.process_time() - cpu_started))

@@ -18,6 +18,13 @@ The baselines, each with its reconfiguration latency (seconds, printed in demand
   the pod's profile at its lowest start and the destroyed ones back where they still fit; ``--nos-seconds`` for the
   agent's change, the device plugin's restart and the node status. Not nos: no per-model geometry lists, no NVML
   auto-placement retries, no scheduler simulation before choosing; instances stay when pods leave. Never cordons.
+
+And two ceilings, which no real system reaches: what packing alone could add. Each is the DRA model (created when
+bound, destroyed when the pod ends, the same latency) with MIG's placement rules lifted:
+
+- (z) GPU pooled: a GPU's slices are one pool; a pod fits a GPU while its memory and compute slices not taken cover
+  the profile's (no starts, so nothing on a GPU is ever fragmented);
+- (z) node pooled: a node's slices are one pool, the GPUs' boundaries lifted too (no fragmentation at all).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -127,3 +134,57 @@ class NosInspired(Debounced):
                 break
         self.reconfigurations += len(changed)
         self.schedule_waiting()
+
+
+class PooledGpu(Gpu):
+    """A GPU of the ceilings: its memory and compute slices one pool, no placement rules. Its occupancy is the
+    (memory, compute) slices taken; every instance starts at 0."""
+
+    def __init__(self, node, index, model):
+        super(PooledGpu, self).__init__(node, index, model)
+        self.compute_slices = max(p.compute_slices for p in self.catalog.profiles.values())
+
+    def occupancy(self, without=()):
+        taken = [self.catalog.get(i[1]) for i in self.instances if i not in without]
+        return sum(p.memory_slices for p in taken), sum(p.compute_slices for p in taken)
+
+    def lowest_start(self, profile_name, occupancy=None):
+        profile = self.catalog.get(profile_name)
+        if profile is None:
+            return None
+        memory, compute = occupancy or self.occupancy()
+        fits = memory + profile.memory_slices <= self.catalog.total_slices and compute + profile.compute_slices <= self.compute_slices
+        return 0 if fits else None
+
+
+class GpuPooledCeiling(DraDynamicMig):
+    """(z): the DRA model on GPUs without placement rules (:class:`PooledGpu`): what a perfect packer inside each GPU
+    could place."""
+    label = '(z) ceiling: GPU pooled'
+    gpu_class = PooledGpu
+
+    def stranded_slices(self):
+        return 0   # a pool strands nothing
+
+
+class NodePooledCeiling(GpuPooledCeiling):
+    """(z): a node's GPUs one pool too: what no fragmentation at all would place."""
+    label = '(z) ceiling: node pooled'
+
+    def device_on(self, node, profile):
+        gpus = [g for g in self.gpus if g.node == node]
+        wanted = gpus[0].catalog.get(profile)
+        if wanted is None:
+            return None
+        taken = [g.occupancy() for g in gpus]
+        if sum(t[0] for t in taken) + wanted.memory_slices > sum(g.catalog.total_slices for g in gpus) or \
+                sum(t[1] for t in taken) + wanted.compute_slices > sum(g.compute_slices for g in gpus):
+            return None
+        return min(gpus, key=lambda g: (g.occupancy()[0], g.index)), None
+
+    def had_room(self, request):
+        return any(self.device_on(node, request.profile) is not None for node in self.nodes)
+
+    def prepare(self, gpu, profile):
+        self.reconfigurations += 1
+        return gpu.create(profile, 0)

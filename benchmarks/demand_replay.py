@@ -160,11 +160,12 @@ class Replay(object):
 
     label = 'replay'
     start_seconds = 0.0   # from binding to running (the pod's hold starts then)
+    gpu_class = Gpu
 
     def __init__(self, requests, options, seed):
         self.options = options
         self.requests = [r.fresh() for r in requests]
-        self.gpus = [Gpu('node-%s' % model, index, model) for model in MODELS for index in range(options.gpus)]
+        self.gpus = [self.gpu_class('node-%s' % model, index, model) for model in MODELS for index in range(options.gpus)]
         self.nodes = sorted(set(g.node for g in self.gpus))
         self.node_slices = dict((n, sum(g.catalog.total_slices for g in self.gpus if g.node == n)) for n in self.nodes)
         self.rng = random.Random('%s/%s' % (seed, self.label))
@@ -194,15 +195,19 @@ class Replay(object):
             self.at(request.arrival + self.options.patience * MINUTE, GIVE_UP, self.give_up, request)
         self.start()
         end = self.options.hours * 3600.0
-        stranded_now = sum(stranded(g) for g in self.gpus)
+        stranded_now = self.stranded_slices()
         while self.events and self.events[0][0] <= end:
             when, dummy, dummy2, handler, args = heapq.heappop(self.events)
             self.stranded_seconds += stranded_now * (when - self.now)
             self.now = when
             handler(*args)
-            stranded_now = sum(stranded(g) for g in self.gpus)
+            stranded_now = self.stranded_slices()
         self.stranded_seconds += stranded_now * (end - self.now)
         return self
+
+    def stranded_slices(self):
+        """The fleet's stranded memory slices now."""
+        return sum(stranded(g) for g in self.gpus)
 
     def arrive(self, request):
         self.waiting.append(request)
@@ -212,9 +217,13 @@ class Replay(object):
     def give_up(self, request):
         if request.placed_at is None and request in self.waiting:
             self.waiting.remove(request)
-            if any(g.lowest_start(request.profile, g.occupancy(without=[i for i in g.instances if i[3] is None])) is not None
-                   for g in self.gpus):
+            if self.had_room(request):
                 self.lost_with_room += 1
+
+    def had_room(self, request):
+        """Whether some GPU has room for ``request`` now, its idle instances counted as free."""
+        return any(g.lowest_start(request.profile, g.occupancy(without=[i for i in g.instances if i[3] is None])) is not None
+                   for g in self.gpus)
 
     def release(self, request):
         request.instance[3] = None

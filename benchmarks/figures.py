@@ -32,8 +32,9 @@ SECTIONS = (
      'brute-force minimum on a corpus of transitions with busy instances; the cost of a no-op.'),
     ('fragmentation', 'Fragmentation', 'Stranded slices under first-fit, planned placement, scheduled repacking and '
      'the demand planner\'s placement, per GPU model.'),
-    ('demand', 'Demand', 'Requests placed by a static layout, the day/night schedule, the demand-driven path as the '
-     'rulebook ships it and a model of dynamic MIG, over several seeds.'),
+    ('demand', 'Demand', 'Requests placed by a static layout, the day/night schedule, a model of dynamic MIG, the '
+     'demand paths and the gated queue as the rulebook ships them, and two ceilings without placement rules, over '
+     'several seeds.'),
     ('advisor', 'Advisor', 'The advised catalog and schedule beside static all-balanced and day/night, on the week '
      'advised from and on the next one.'),
     ('rollout', 'Rollout', 'A no-op and a switch of playbooks/mig_layout.yml beside `ansible -m ping`: wall time and '
