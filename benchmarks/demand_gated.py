@@ -304,18 +304,30 @@ def add_arguments(parser):
                         help='gated: hours between the source\'s restarts and reconciliations, 0 never (default %(default)s)')
 
 
+def mean_and_error(values):
+    """'mean±standard error' of per-seed differences ('-' for the error of one seed): how far the mean is from 0 in
+    units of its own uncertainty, beside the spread."""
+    mean = statistics.mean(values)
+    if len(values) < 2:
+        return '%+.1f±-' % mean
+    return '%+.1f±%.1f' % (mean, statistics.stdev(values) / len(values) ** 0.5)
+
+
 def print_served(labels, results, spread):
-    """The served table: placed, slice-hours, per size class, reconfigurations, evictions, p95 wait (min/median/max)."""
+    """The served table: placed, vs DRA (min/median/max and mean±standard error of the per-seed differences),
+    slice-hours, per size class, reconfigurations, evictions, p95 wait (min/median/max)."""
     sizes = ' '.join('%13s' % ('%dg placed' % s) for s in SIZE_CLASSES)
-    header = '%-36s %14s %14s %17s %16s %8s %15s %s' % (
-        'policy (min/median/max over seeds)', 'placed', 'vs DRA', 'slice-h served', 'reconfig', 'evicted', 'p95 wait min', sizes)
+    header = '%-36s %14s %14s %12s %17s %16s %8s %15s %s' % (
+        'policy (min/median/max over seeds)', 'placed', 'vs DRA', 'mean±error', 'slice-h served', 'reconfig', 'evicted',
+        'p95 wait min', sizes)
     print(header)
     print('-' * len(header))
     dra = results[DraDynamicMig.label]
     for label in labels:
         mine = results[label]
-        print('%-36s %14s %14s %17s %16s %8d %15s %s' % (
-            label, spread([f['placed'] for f in mine]), spread([f['placed'] - d['placed'] for f, d in zip(mine, dra)], '%+d'),
+        lead = [f['placed'] - d['placed'] for f, d in zip(mine, dra)]
+        print('%-36s %14s %14s %12s %17s %16s %8d %15s %s' % (
+            label, spread([f['placed'] for f in mine]), spread(lead, '%+d'), mean_and_error(lead),
             spread([f['slice_hours'] for f in mine], '%.0f'), spread([f['reconfigurations'] for f in mine]),
             max(f['evicted'] for f in mine), spread([f['p95_pending'] for f in mine], '%.1f'),
             ' '.join('%13s' % spread([f['classes'][s] for f in mine]) for s in SIZE_CLASSES)))
