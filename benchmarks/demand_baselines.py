@@ -176,11 +176,11 @@ class NodePooledCeiling(GpuPooledCeiling):
         wanted = gpus[0].catalog.get(profile)
         if wanted is None:
             return None
-        taken = [g.occupancy() for g in gpus]
-        if sum(t[0] for t in taken) + wanted.memory_slices > sum(g.catalog.total_slices for g in gpus) or \
-                sum(t[1] for t in taken) + wanted.compute_slices > sum(g.compute_slices for g in gpus):
+        taken = [(g.occupancy(), g) for g in gpus]
+        if sum(t[0][0] for t in taken) + wanted.memory_slices > sum(g.catalog.total_slices for g in gpus) or \
+                sum(t[0][1] for t in taken) + wanted.compute_slices > sum(g.compute_slices for g in gpus):
             return None
-        return min(gpus, key=lambda g: (g.occupancy()[0], g.index)), None
+        return min(taken, key=lambda t: (t[0][0], t[1].index))[1], None
 
     def had_room(self, request):
         return any(self.device_on(node, request.profile) is not None for node in self.nodes)
